@@ -1,0 +1,70 @@
+// Safetensors files (the Hugging Face weight format): an 8-byte little-endian header length N,
+// N bytes of JSON header {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__":
+// {string: string}}, then the data region that the offsets index. Files are memory-mapped, so
+// opening one costs only the header parse and each rank touches only the bytes it reads.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "src/base/dtype.h"
+#include "src/base/shape.h"
+
+namespace vlm::io {
+
+// One tensor of a file: `data` points into the mapping (valid while the SafetensorsFile lives)
+// or, for write_safetensors, at the caller's bytes. The format has no per-tensor padding, so
+// `data` is not necessarily aligned to the element size: copy it (memcpy) before typed access.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+};
+
+// "F32" -> DType::f32, ...; an unknown name is an error that lists the supported ones.
+DType safetensors_dtype(const std::string& name);
+const char* safetensors_dtype_name(DType t);
+
+// A read-only, memory-mapped safetensors file. The header is fully validated on open; every
+// error is a vlm::Error naming the file and, where there is one, the tensor key.
+class SafetensorsFile {
+public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(SafetensorsFile&& other) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Tensor names in file order: by data offset (ties, i.e. empty tensors, by name).
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // Error for a missing name lists up to 10 of the names the file does have.
+  const TensorInfo& get(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+private:
+  void parse_header();
+  void unmap() noexcept;
+
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::vector<TensorInfo> tensors_; // file order
+  std::unordered_map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` in the given order (data_offsets relative to the data region, header padded
+// with spaces to a multiple of 8 bytes so the data region starts 8-byte aligned). Writes to
+// path + ".tmp", fsyncs and renames, so `path` is either the old file or the complete new one.
+void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+} // namespace vlm::io

@@ -1,0 +1,50 @@
+#include "kernels/gemm.h"
+
+#include <cblas.h>
+
+#include <vector>
+
+namespace vlm::kernels::cpu {
+
+template <>
+void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s, float alpha,
+                 float beta) {
+  int lda = int(s.trans_a ? s.M : s.K), ldb = int(s.trans_b ? s.K : s.N);
+  for (int64_t i = 0; i < s.batch; i++)
+    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                s.trans_b ? CblasTrans : CblasNoTrans, int(s.M), int(s.N), int(s.K), alpha,
+                a + i * s.stride_a, lda, b + i * s.stride_b, ldb, beta, c + i * s.stride_c,
+                int(s.N));
+}
+
+template <>
+void gemm<double>(double* c, const double* a, const double* b, const GemmShape& s, float alpha,
+                  float beta) {
+  int lda = int(s.trans_a ? s.M : s.K), ldb = int(s.trans_b ? s.K : s.N);
+  for (int64_t i = 0; i < s.batch; i++)
+    cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                s.trans_b ? CblasTrans : CblasNoTrans, int(s.M), int(s.N), int(s.K), alpha,
+                a + i * s.stride_a, lda, b + i * s.stride_b, ldb, beta, c + i * s.stride_c,
+                int(s.N));
+}
+
+template <>
+void gemm<bf16>(bf16* c, const bf16* a, const bf16* b, const GemmShape& s, float alpha,
+                float beta) {
+  // bf16 storage, f32 arithmetic: widen one batch matrix at a time.
+  int64_t na = s.M * s.K, nb = s.K * s.N, nc = s.M * s.N;
+  std::vector<float> fa(na), fb(nb), fc(nc);
+  GemmShape one = s;
+  one.batch = 1;
+  for (int64_t i = 0; i < s.batch; i++) {
+    for (int64_t j = 0; j < na; j++) fa[j] = float(a[i * s.stride_a + j]);
+    for (int64_t j = 0; j < nb; j++) fb[j] = float(b[i * s.stride_b + j]);
+    bf16* ci = c + i * s.stride_c;
+    if (beta != 0.f)
+      for (int64_t j = 0; j < nc; j++) fc[j] = float(ci[j]);
+    gemm<float>(fc.data(), fa.data(), fb.data(), one, alpha, beta);
+    for (int64_t j = 0; j < nc; j++) ci[j] = bf16(fc[j]);
+  }
+}
+
+} // namespace vlm::kernels::cpu

@@ -1,0 +1,40 @@
+// Allocators with current/peak accounting. CPU: 64-byte aligned blocks. CUDA: stream-ordered
+// cudaMallocAsync on the device's pool (freed blocks stay cached in the pool).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+#include "src/core/device.h"
+
+namespace vlm {
+
+struct MemoryStats {
+  size_t current_bytes = 0;
+  size_t peak_bytes = 0;
+  size_t num_allocs = 0;
+};
+
+class Allocator {
+public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p, size_t bytes) = 0;
+  virtual Device device() const = 0;
+
+  MemoryStats stats() const { return {current_.load(), peak_.load(), count_.load()}; }
+  // Peak is reset to the current usage (e.g. at the start of a step).
+  void reset_peak() { peak_ = current_.load(); }
+
+protected:
+  void record_alloc(size_t bytes);
+  void record_free(size_t bytes);
+
+private:
+  std::atomic<size_t> current_{0}, peak_{0}, count_{0};
+};
+
+// The process-wide allocator for a device (created on first use).
+Allocator& allocator_for(Device d);
+
+} // namespace vlm

@@ -1,0 +1,125 @@
+// Reverse-mode autograd over a tape of named backward nodes.
+//
+// Every op that records history creates one Node subclass (e.g. RmsNormBackward) whose saved
+// tensors are explicit members. The engine sorts the graph iteratively (dependency counts, no
+// recursion), materializes zeros for outputs that got no gradient, runs each node once with grad
+// mode off, sums gradients arriving at the same input, accumulates into leaf .grad and runs the
+// leaf's post-accumulate hooks, and frees each node's saved state after use.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/tensor.h"
+
+namespace vlm {
+
+struct Edge {
+  std::shared_ptr<Node> fn; // null when that input needs no gradient
+  int input_nr = 0;         // which output of fn this edge feeds
+};
+
+struct OutputMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+class Node {
+public:
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // Gradients w.r.t. this node's outputs (all defined) -> gradients w.r.t. its inputs, one per
+  // next_edges entry (an undefined tensor where an input needs no gradient).
+  virtual std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) = 0;
+  // Frees saved tensors once the node has run (unless the graph is retained).
+  virtual void release() {}
+  // Whether input k leads anywhere that wants a gradient (skip computing it otherwise).
+  bool needs_input_grad(size_t k) const { return k < next_edges.size() && next_edges[k].fn; }
+
+  std::vector<Edge> next_edges;
+  std::vector<OutputMeta> outputs;
+  uint64_t sequence_nr = 0;
+};
+
+// Accumulates incoming gradient into a leaf's .grad and runs its post-accumulate hooks.
+class AccumulateGrad final : public Node {
+public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  const char* name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
+
+private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;
+  int output_nr = 0;
+  std::weak_ptr<Node> grad_accumulator;
+  std::vector<GradHook> post_accumulate_hooks;
+  std::string name;
+};
+
+// --- grad mode -------------------------------------------------------------------------------
+class GradMode {
+public:
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+class NoGradGuard {
+public:
+  NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+private:
+  bool prev_;
+};
+
+class EnableGradGuard {
+public:
+  EnableGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(true); }
+  ~EnableGradGuard() { GradMode::set_enabled(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+private:
+  bool prev_;
+};
+
+// --- recording history (used by ops) -----------------------------------------------------------
+// True when grad mode is on and any defined input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+// Wires node->next_edges to the inputs and makes node the grad_fn of the outputs.
+void record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
+            const std::vector<Tensor*>& outputs);
+template <typename NodeT>
+void record(const std::shared_ptr<NodeT>& node, std::initializer_list<const Tensor*> inputs,
+            std::initializer_list<Tensor*> outputs) {
+  record(std::static_pointer_cast<Node>(node), std::vector<const Tensor*>(inputs),
+         std::vector<Tensor*>(outputs));
+}
+
+// --- running backward ----------------------------------------------------------------------------
+// Backpropagates from `roots` with the given gradients (an empty gradient on a scalar root means
+// 1). Gradients accumulate into the .grad of leaves that require grad.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph = false);
+
+// --- activation checkpointing
+// ---------------------------------------------------------------------- Runs fn(inputs) without
+// recording its inner graph; in backward, re-runs fn with grad enabled and backpropagates through
+// the recomputed graph (parameters used inside fn receive their gradients then). fn must be
+// deterministic.
+using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
+
+} // namespace vlm

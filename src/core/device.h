@@ -1,0 +1,30 @@
+// Devices: CPU or CUDA:n. The CUDA runtime is reached only through kernels/cuda_runtime.h, so
+// this header and everything above it compile with a plain C++ compiler.
+#pragma once
+
+#include <string>
+
+namespace vlm {
+
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;
+};
+
+// True when this binary was built with the CUDA backend.
+bool cuda_built();
+// Number of usable CUDA devices; 0 when built without CUDA or when no device/driver is present.
+int cuda_device_count();
+// A human-readable description: the devices, or "no CUDA device: <reason>".
+std::string cuda_device_query();
+
+} // namespace vlm

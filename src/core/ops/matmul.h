@@ -1,0 +1,13 @@
+// Matrix products on BLAS (CPU) / cuBLASLt (CUDA).
+#pragma once
+
+#include "src/core/tensor.h"
+
+namespace vlm {
+
+// a: [..., M, K]; b: [K, N] (shared by every batch) or [..., K, N] with a's batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// y = x w^T + bias. x: [..., in]; w: [out, in] (HF/PyTorch layout); bias: [out] or undefined.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+
+} // namespace vlm

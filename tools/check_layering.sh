@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Enforces the include layering of DESIGN.md §3 on `#include "..."` lines (rooted at the repo):
+#   src/base <- kernels <- src/core <- src/nn <- src/optim <- parallel, io <- model <- src/train
+# parallel/ and io/ do not include each other; nothing but tests/ includes tests/.
+# A quoted include that names no project folder but resolves next to the including file is a
+# relative include and is reported too; anything else (third-party headers) is ignored.
+# Usage: tools/check_layering.sh <repo_root>   (exit 0 clean, 1 on violations, 2 on misuse)
+set -euo pipefail
+
+root=${1:?usage: check_layering.sh <repo_root>}
+[[ -d $root ]] || { echo "check_layering: no such directory: $root" >&2; exit 2; }
+cd "$root"
+
+base="src/base/"
+core_up="$base kernels/ src/core/"
+library="$core_up src/nn/ src/optim/"
+everything="$library parallel/ io/ model/ src/train/ src/ bench/ tests/"
+not_tests="${everything% tests/}"
+
+# The folder (layer) of a repo-relative path; most specific prefix first.
+layer_of() {
+  case $1 in
+    src/base/*) echo src/base ;;
+    src/core/*) echo src/core ;;
+    src/nn/*) echo src/nn ;;
+    src/optim/*) echo src/optim ;;
+    src/train/*) echo src/train ;;
+    src/*) echo src ;; # src/main.cpp: the application, same rights as src/train
+    kernels/* | parallel/* | io/* | model/* | bench/* | tests/*) echo "${1%%/*}" ;;
+    *) echo "" ;;
+  esac
+}
+
+# Allowed include prefixes per layer.
+allowed_for() {
+  case $1 in
+    src/base) echo "$base" ;;
+    kernels) echo "$base kernels/" ;;
+    src/core) echo "$core_up" ;;
+    src/nn) echo "$core_up src/nn/" ;;
+    src/optim) echo "$library" ;;
+    parallel) echo "$library parallel/" ;;
+    io) echo "$library io/" ;;
+    model) echo "$library parallel/ io/ model/" ;;
+    src/train | src | bench) echo "$not_tests" ;;
+    tests) echo "$everything" ;;
+  esac
+}
+
+violations=0
+files=0
+while IFS= read -r -d '' file; do
+  file=${file#./}
+  layer=$(layer_of "$file")
+  [[ -n $layer ]] || continue
+  allowed=$(allowed_for "$layer")
+  files=$((files + 1))
+  # grep -n prints "line:text"; the sed keeps "line:path" for quoted includes only.
+  while IFS=: read -r line inc; do
+    [[ -n $inc ]] || continue
+    if [[ -z $(layer_of "$inc") ]]; then
+      # Not a project path: a relative include if it resolves next to the file, else external.
+      if [[ -f $(dirname "$file")/$inc ]]; then
+        echo "$file:$line: $layer must not include $inc (includes are rooted at the repo root)"
+        violations=$((violations + 1))
+      fi
+      continue
+    fi
+    ok=0
+    for prefix in $allowed; do
+      if [[ $inc == "$prefix"* ]]; then
+        ok=1
+        break
+      fi
+    done
+    if ((ok == 0)); then
+      echo "$file:$line: $layer must not include $inc"
+      violations=$((violations + 1))
+    fi
+  done < <(grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" |
+    sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]*)".*/\1:\2/' || true)
+done < <(find . -mindepth 1 -type d \( -name '.*' -o -name 'build*' -o -name _deps \) -prune \
+  -o -type f \
+  \( -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o -name '*.cc' -o -name '*.cu' \
+  -o -name '*.cuh' \) -print0 | sort -z)
+
+if ((violations > 0)); then
+  echo "check_layering: $violations violation(s) of the layering in DESIGN.md §3" >&2
+  exit 1
+fi
+echo "check_layering: OK ($files files checked)"

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Tests tools/check_layering.sh on small fixture trees in a temp dir: a clean tree must pass,
+# and each bad tree must fail naming the offending file:line. Exit 0 when the checker behaves.
+set -uo pipefail
+
+checker="$(cd "$(dirname "$0")" && pwd)/check_layering.sh"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/vlm_layering_test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# make_file <fixture> <path> <include...>: a source file with one quoted include per argument.
+make_file() {
+  local dir=$1 path=$2 inc
+  shift 2
+  mkdir -p "$dir/$(dirname "$path")"
+  : >"$dir/$path"
+  for inc in "$@"; do echo "#include \"$inc\"" >>"$dir/$path"; done
+  echo "int x;" >>"$dir/$path"
+}
+
+# A tree that follows every rule.
+make_clean() {
+  local d=$1
+  make_file "$d" src/base/check.h
+  make_file "$d" src/base/check.cpp src/base/check.h
+  make_file "$d" kernels/gemm.h src/base/check.h
+  make_file "$d" kernels/cpu/gemm.cpp kernels/gemm.h src/base/dtype.h
+  make_file "$d" src/core/tensor.h src/base/check.h kernels/gemm.h
+  make_file "$d" src/nn/module.h src/core/tensor.h
+  make_file "$d" src/optim/adamw.h src/nn/module.h src/core/tensor.h
+  make_file "$d" parallel/fsdp.h src/optim/adamw.h parallel/mesh.h
+  make_file "$d" io/safetensors.h src/core/tensor.h
+  make_file "$d" io/safetensors.cpp io/safetensors.h src/core/tensor.h
+  make_file "$d" model/qwen3.cpp io/safetensors.h parallel/fsdp.h src/nn/module.h
+  make_file "$d" src/train/trainer.cpp model/qwen3.h io/loader.h
+  make_file "$d" src/main.cpp src/train/trainer.h
+  make_file "$d" bench/bench_gemm.cpp kernels/gemm.h src/train/trainer.h
+  make_file "$d" tests/core/test_tensor.cpp tests/skip.h src/core/tensor.h model/qwen3.h
+  # Angle includes and unknown quoted headers (third-party) are not the checker's business.
+  printf '#include <vector>\n#include "nlohmann/json.hpp"\n' >"$d/src/base/extra.cpp"
+  # Build and hidden folders are skipped.
+  make_file "$d" build/gen/bad.cpp tests/skip.h
+  make_file "$d" io/build-debug/bad.cpp parallel/fsdp.h
+  make_file "$d" .cache/io/bad.cpp parallel/fsdp.h
+}
+
+# expect <name> <expected rc> <expected output substring> <fixture dir>
+expect() {
+  local name=$1 want_rc=$2 want_out=$3 dir=$4 out rc
+  out=$(bash "$checker" "$dir" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want_rc || $out != *"$want_out"* ]]; then
+    echo "FAIL: $name: rc=$rc (want $want_rc), output:"
+    echo "$out" | sed 's/^/    /'
+    echo "    (wanted it to contain: $want_out)"
+    failures=$((failures + 1))
+  else
+    echo "ok: $name"
+  fi
+}
+
+# bad_case <name> <path> <include> <expected message>: the clean tree plus one bad file.
+bad_case() {
+  local name=$1 path=$2 inc=$3 msg=$4 d
+  d=$(mktemp -d "$tmp/case.XXXXXX")
+  make_clean "$d"
+  make_file "$d" "$path" src/base/check.h "$inc"
+  expect "$name" 1 "$msg" "$d"
+}
+
+clean="$tmp/clean"
+make_clean "$clean"
+expect "clean tree passes" 0 "check_layering: OK" "$clean"
+
+bad_case "kernels -> core" kernels/bad.cpp src/core/tensor.h \
+  "kernels/bad.cpp:2: kernels must not include src/core/tensor.h"
+bad_case "base -> kernels" src/base/bad.h kernels/gemm.h \
+  "src/base/bad.h:2: src/base must not include kernels/gemm.h"
+bad_case "core -> nn" src/core/bad.cpp src/nn/module.h \
+  "src/core/bad.cpp:2: src/core must not include src/nn/module.h"
+bad_case "nn -> optim" src/nn/bad.cpp src/optim/adamw.h \
+  "src/nn/bad.cpp:2: src/nn must not include src/optim/adamw.h"
+bad_case "io -> parallel" io/bad.cpp parallel/fsdp.h \
+  "io/bad.cpp:2: io must not include parallel/fsdp.h"
+bad_case "parallel -> io" parallel/bad.cpp io/safetensors.h \
+  "parallel/bad.cpp:2: parallel must not include io/safetensors.h"
+bad_case "parallel -> model" parallel/bad.cpp model/qwen3.h \
+  "parallel/bad.cpp:2: parallel must not include model/qwen3.h"
+bad_case "model -> train" model/bad.cpp src/train/trainer.h \
+  "model/bad.cpp:2: model must not include src/train/trainer.h"
+bad_case "train -> tests" src/train/bad.cpp tests/skip.h \
+  "src/train/bad.cpp:2: src/train must not include tests/skip.h"
+bad_case "bench -> tests" bench/bad.cpp tests/skip.h \
+  "bench/bad.cpp:2: bench must not include tests/skip.h"
+bad_case "file named build*" io/builder.cpp parallel/mesh.h \
+  "io/builder.cpp:2: io must not include parallel/mesh.h"
+bad_case "relative include" io/bad.cpp safetensors.h \
+  "io/bad.cpp:2: io must not include safetensors.h (includes are rooted at the repo root)"
+
+# Indented and spaced include directives count too.
+d="$tmp/spaced"
+make_clean "$d"
+printf '// comment\n  #  include   "src/core/tensor.h"  // why\n' >"$d/kernels/spaced.cpp"
+expect "spaced directive" 1 "kernels/spaced.cpp:2: kernels must not include src/core/tensor.h" "$d"
+
+expect "missing root is an error" 2 "no such directory" "$tmp/does-not-exist"
+
+if ((failures > 0)); then
+  echo "test_check_layering: $failures failure(s)"
+  exit 1
+fi
+echo "test_check_layering: all cases passed"
