@@ -46,9 +46,9 @@ uint16_t f16::from_float(float f) {
   if (absx < 0x38800000u) {                                 // subnormal half or zero
     if (absx < 0x33000000u) return uint16_t(sign);          // below half of the smallest subnormal
     uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
-    int shift = 126 - int(absx >> 23) + 13; // bits to drop
+    int shift = 126 - int(absx >> 23); // value = mant * 2^(e-150) = q * 2^-24 // bits to drop
     uint32_t half = 1u << (shift - 1);
-    uint32_t rest = mant & ((1u << shift) - 1);
+    uint32_t rest = mant & ((1u << shift) - 1u);
     uint32_t q = mant >> shift;
     if (rest > half || (rest == half && (q & 1u))) q++;
     return uint16_t(sign | q);

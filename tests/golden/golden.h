@@ -1,0 +1,54 @@
+// Reading golden files written by tools/golden/*.py: one safetensors file per op family, tensors
+// named "<case>.<name>". Comparisons use max-norm relative error (see tests/golden/README.md).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+
+#include "io/safetensors.h"
+#include "src/core/ops.h"
+
+namespace vlm::testing {
+
+class Golden {
+public:
+  explicit Golden(const std::string& family)
+      : file_(std::make_shared<io::SafetensorsFile>(std::string(VLM_SOURCE_DIR) + "/tests/golden/" +
+                                                    family + ".safetensors")) {}
+
+  bool has(const std::string& case_name, const std::string& key) const {
+    return file_->contains(case_name + "." + key);
+  }
+  // A copy of the stored tensor (owned, aligned), optionally converted to dtype.
+  Tensor get(const std::string& case_name, const std::string& key) const {
+    const auto& info = file_->get(case_name + "." + key);
+    Tensor t = Tensor::empty(info.shape, info.dtype);
+    if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
+    return t;
+  }
+  Tensor get(const std::string& case_name, const std::string& key, DType dtype) const {
+    return get(case_name, key).to(dtype);
+  }
+
+private:
+  std::shared_ptr<io::SafetensorsFile> file_;
+};
+
+// Max-norm relative error: max|a - b| / max|b|.
+inline double rel_error(const Tensor& actual, const Tensor& expected) {
+  REQUIRE(actual.shape() == expected.shape());
+  auto a = actual.to_doubles(), b = expected.to_doubles();
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    ref = std::max(ref, std::abs(b[i]));
+  }
+  return ref > 0 ? diff / ref : diff;
+}
+
+// fp32 golden tolerance (issue #2): relative error <= 1e-5.
+constexpr double kGoldenF32Tol = 1e-5;
+
+} // namespace vlm::testing
