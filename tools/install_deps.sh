@@ -7,7 +7,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev catch2
+  libopenblas-dev libopenblas-openmp-dev catch2
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
   nlohmann-json3-dev libtomlplusplus-dev libyaml-cpp-dev libpcre2-dev
   libjpeg62-turbo-dev libpng-dev

@@ -1,4 +1,6 @@
-// Allocators with current/peak accounting. CPU: 64-byte aligned blocks. CUDA: stream-ordered
+// Allocators with current/peak accounting of the bytes tensors hold. CPU: 64-byte aligned blocks
+// from a size-class cache (a training step frees and re-allocates the same activation sizes; going
+// back to the OS each time costs page faults on every large buffer). CUDA: stream-ordered
 // cudaMallocAsync on the device's pool (freed blocks stay cached in the pool).
 #pragma once
 
@@ -13,6 +15,7 @@ struct MemoryStats {
   size_t current_bytes = 0;
   size_t peak_bytes = 0;
   size_t num_allocs = 0;
+  size_t cached_bytes = 0; // freed blocks kept for reuse (CPU cache)
 };
 
 class Allocator {
@@ -22,7 +25,12 @@ public:
   virtual void deallocate(void* p, size_t bytes) = 0;
   virtual Device device() const = 0;
 
-  MemoryStats stats() const { return {current_.load(), peak_.load(), count_.load()}; }
+  MemoryStats stats() const {
+    return {current_.load(), peak_.load(), count_.load(), cached_bytes()};
+  }
+  // Returns cached free blocks to the system.
+  virtual void empty_cache() {}
+  virtual size_t cached_bytes() const { return 0; }
   // Peak is reset to the current usage (e.g. at the start of a step).
   void reset_peak() { peak_ = current_.load(); }
 

@@ -118,7 +118,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 // ---------------------------------------------------------------------- Runs fn(inputs) without
 // recording its inner graph; in backward, re-runs fn with grad enabled and backpropagates through
 // the recomputed graph (parameters used inside fn receive their gradients then). fn must be
-// deterministic.
+// deterministic, and it is kept until backward: capture by value whatever it needs beyond its
+// inputs (tensors are cheap handles).
 using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 

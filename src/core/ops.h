@@ -2,7 +2,13 @@
 #pragma once
 
 #include "src/core/autograd.h"
+#include "src/core/ops/activation.h"
+#include "src/core/ops/attention.h"
 #include "src/core/ops/elementwise.h"
+#include "src/core/ops/index.h"
+#include "src/core/ops/loss.h"
 #include "src/core/ops/matmul.h"
+#include "src/core/ops/norm.h"
 #include "src/core/ops/reduce.h"
+#include "src/core/ops/rope.h"
 #include "src/core/ops/shape_ops.h"

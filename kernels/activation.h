@@ -1,0 +1,36 @@
+// Activations and softmax on contiguous buffers. Math runs in acc_t<T> (double for double, float
+// otherwise); outputs are stored in T. Backward kernels recompute what they need from the forward
+// input (or the softmax output), so nothing else has to be saved.
+#pragma once
+
+#include <cstdint>
+
+#include "src/base/dtype.h"
+
+namespace vlm::kernels {
+
+// gelu_erf is the exact erf form, gelu_tanh the tanh approximation (torch approximate="tanh").
+enum class UnaryOp : uint8_t { sigmoid, silu, gelu_erf, gelu_tanh, exp, log, rsqrt, square };
+
+namespace cpu {
+
+// out[i] = f(x[i]) for n elements (=); out may alias x.
+template <typename T> void unary_fwd(UnaryOp op, T* out, const T* x, int64_t n);
+// dx[i] = f'(x[i]) * dy[i] (=).
+template <typename T> void unary_bwd(UnaryOp op, T* dx, const T* dy, const T* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i] (=).
+template <typename T> void swiglu_fwd(T* out, const T* gate, const T* up, int64_t n);
+// dgate[i] = dy[i] * up[i] * silu'(gate[i]) and dup[i] = dy[i] * silu(gate[i]) (=); either output
+// may be null to skip it.
+template <typename T>
+void swiglu_bwd(T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n);
+
+// y[r, :] = softmax(x[r, :]) over `cols` for each of `rows` rows (=), max-subtracted, sums in
+// acc_t<T>.
+template <typename T> void softmax_fwd(T* y, const T* x, int64_t rows, int64_t cols);
+// dx[r, :] = y[r, :] * (dy[r, :] - <dy[r, :], y[r, :]>) (=), from the saved output y.
+template <typename T> void softmax_bwd(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols);
+
+} // namespace cpu
+} // namespace vlm::kernels

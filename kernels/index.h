@@ -1,0 +1,29 @@
+// Row gathers and scatter-adds along one dimension (index_select / index_add / embedding). A tensor
+// is viewed as [outer, dim_size, inner] (contiguous) around the indexed dim; indices are int32 or
+// int64 and must have been validated with first_out_of_range. Scatter-adds are deterministic: no
+// atomics, every destination row sums its sources in increasing index position.
+#pragma once
+
+#include <cstdint>
+
+#include "src/base/dtype.h"
+
+namespace vlm::kernels::cpu {
+
+// Position of the first index outside [0, limit), or -1 when all n are in range.
+template <typename I> int64_t first_out_of_range(const I* index, int64_t n, int64_t limit);
+
+// out[o, j, :] = x[o, index[j], :] for j < n_index (=). x is [outer, dim_size, inner], out is
+// [outer, n_index, inner].
+template <typename T, typename I>
+void index_select(T* out, const T* x, const I* index, int64_t outer, int64_t dim_size,
+                  int64_t n_index, int64_t inner);
+
+// out[o, index[j], :] += src[o, j, :] for j < n_index (+=). out is [outer, dim_size, inner], src
+// is [outer, n_index, inner]. Repeated indices sum in increasing j, in acc_t<T>, and each
+// destination element is rounded to T once.
+template <typename T, typename I>
+void index_add(T* out, const T* src, const I* index, int64_t outer, int64_t dim_size,
+               int64_t n_index, int64_t inner);
+
+} // namespace vlm::kernels::cpu

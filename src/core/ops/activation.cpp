@@ -1,0 +1,159 @@
+#include "src/core/ops/activation.h"
+
+#include "kernels/activation.h"
+#include "src/base/dispatch.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/common.h"
+
+namespace vlm {
+
+using namespace ops_detail;
+using kernels::UnaryOp;
+
+namespace {
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+  case UnaryOp::sigmoid: return "sigmoid";
+  case UnaryOp::silu: return "silu";
+  case UnaryOp::gelu_erf: return "gelu";
+  case UnaryOp::gelu_tanh: return "gelu(tanh)";
+  case UnaryOp::exp: return "exp";
+  case UnaryOp::log: return "log";
+  case UnaryOp::rsqrt: return "rsqrt";
+  case UnaryOp::square: return "square";
+  }
+  return "unary";
+}
+
+// One node type for every unary op: the kernel recomputes f'(x) from the saved input.
+struct UnaryBackward final : Node {
+  UnaryOp op;
+  Tensor x; // contiguous
+  const char* name() const override {
+    switch (op) {
+    case UnaryOp::sigmoid: return "SigmoidBackward";
+    case UnaryOp::silu: return "SiluBackward";
+    case UnaryOp::gelu_erf:
+    case UnaryOp::gelu_tanh: return "GeluBackward";
+    case UnaryOp::exp: return "ExpBackward";
+    case UnaryOp::log: return "LogBackward";
+    case UnaryOp::rsqrt: return "RsqrtBackward";
+    case UnaryOp::square: return "SquareBackward";
+    }
+    return "UnaryBackward";
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>& g) override {
+    Tensor dy = g[0].to(x.dtype()).contiguous();
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
+      kernels::cpu::unary_bwd<T>(op, dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
+    });
+    return {dx};
+  }
+  void release() override { x = Tensor(); }
+};
+
+Tensor unary(UnaryOp op, const Tensor& x_in) {
+  const char* op_name = unary_name(op);
+  check_float(op_name, "x", x_in);
+  check_cpu(op_name, x_in);
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  VLM_DISPATCH_FLOAT(x.dtype(), op_name, T, [&] {
+    kernels::cpu::unary_fwd<T>(op, out.data<T>(), x.data<T>(), x.numel());
+  });
+  if (needs_grad({&x_in})) {
+    auto node = std::make_shared<UnaryBackward>();
+    node->op = op;
+    node->x = x.detach();
+    record(node, {&x_in}, {&out});
+  }
+  return out;
+}
+
+struct SwigluBackward final : Node {
+  Tensor gate, up; // contiguous
+  const char* name() const override { return "SwigluBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& g) override {
+    Tensor dy = g[0].to(gate.dtype()).contiguous();
+    Tensor dgate, dup;
+    if (needs_input_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+    if (needs_input_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
+    VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu backward", T, [&] {
+      kernels::cpu::swiglu_bwd<T>(dgate.defined() ? dgate.data<T>() : nullptr,
+                                  dup.defined() ? dup.data<T>() : nullptr, dy.data<T>(),
+                                  gate.data<T>(), up.data<T>(), gate.numel());
+    });
+    return {dgate, dup};
+  }
+  void release() override { gate = up = Tensor(); }
+};
+
+struct SoftmaxBackward final : Node {
+  Tensor y; // the forward output, contiguous
+  const char* name() const override { return "SoftmaxBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& g) override {
+    Tensor dy = g[0].to(y.dtype()).contiguous();
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+    int64_t cols = y.shape().back(), rows = y.numel() / std::max<int64_t>(cols, 1);
+    VLM_DISPATCH_FLOAT(y.dtype(), "softmax backward", T, [&] {
+      kernels::cpu::softmax_bwd<T>(dx.data<T>(), dy.data<T>(), y.data<T>(), rows, cols);
+    });
+    return {dx};
+  }
+  void release() override { y = Tensor(); }
+};
+
+} // namespace
+
+Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x); }
+Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  return unary(approx == GeluApprox::tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf, x);
+}
+Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
+Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
+
+Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
+  check_float("swiglu", "gate", gate_in);
+  check_float("swiglu", "up", up_in);
+  check_same_dtype("swiglu", "gate", gate_in, "up", up_in);
+  check_same_device("swiglu", "gate", gate_in, "up", up_in);
+  VLM_CHECK(gate_in.shape() == up_in.shape(), "swiglu: shape mismatch, ", describe("gate", gate_in),
+            " vs ", describe("up", up_in));
+  check_cpu("swiglu", gate_in);
+  Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
+  Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+  VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu", T, [&] {
+    kernels::cpu::swiglu_fwd<T>(out.data<T>(), gate.data<T>(), up.data<T>(), gate.numel());
+  });
+  if (needs_grad({&gate_in, &up_in})) {
+    auto node = std::make_shared<SwigluBackward>();
+    node->gate = gate.detach();
+    node->up = up.detach();
+    record(node, {&gate_in, &up_in}, {&out});
+  }
+  return out;
+}
+
+Tensor softmax(const Tensor& x_in) {
+  check_float("softmax", "x", x_in);
+  VLM_CHECK(x_in.dim() >= 1, "softmax: x needs at least 1 dim, got ", x_in.desc());
+  check_cpu("softmax", x_in);
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  int64_t cols = x.shape().back(), rows = x.numel() / std::max<int64_t>(cols, 1);
+  VLM_DISPATCH_FLOAT(x.dtype(), "softmax", T,
+                     [&] { kernels::cpu::softmax_fwd<T>(out.data<T>(), x.data<T>(), rows, cols); });
+  if (needs_grad({&x_in})) {
+    auto node = std::make_shared<SoftmaxBackward>();
+    node->y = out.detach();
+    record(node, {&x_in}, {&out});
+  }
+  return out;
+}
+
+} // namespace vlm

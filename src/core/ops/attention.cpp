@@ -1,0 +1,117 @@
+#include "src/core/ops/attention.h"
+
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "src/base/dispatch.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/common.h"
+
+namespace vlm {
+
+using namespace ops_detail;
+
+namespace {
+
+// The logsumexp is kept in the accumulation type: fp32, or f64 for f64 inputs.
+DType lse_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// Checks cu_seqlens against T: [B+1] i32, starts at 0, ends at T, never decreases.
+void check_cu_seqlens(const Tensor& cu, int64_t tokens, const Tensor& q) {
+  check_defined("attention", "cu_seqlens", cu);
+  VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2,
+            "attention: cu_seqlens must be [B+1] i32 with B >= 1, got ",
+            describe("cu_seqlens", cu));
+  check_cpu("attention", cu); // the values are read on the host
+  const Tensor c = cu.contiguous();
+  const int32_t* v = c.data<int32_t>();
+  const int64_t n = c.size(0);
+  VLM_CHECK(v[0] == 0, "attention: cu_seqlens[0] must be 0, got ", v[0], " (",
+            describe("cu_seqlens", cu), ")");
+  for (int64_t b = 1; b < n; b++)
+    VLM_CHECK(v[b] >= v[b - 1], "attention: cu_seqlens must be non-decreasing, but cu_seqlens[", b,
+              "] = ", v[b], " < cu_seqlens[", b - 1, "] = ", v[b - 1], " (",
+              describe("cu_seqlens", cu), ")");
+  VLM_CHECK(v[n - 1] == tokens, "attention: cu_seqlens[", n - 1, "] = ", v[n - 1],
+            " must equal the token count of ", describe("q", q), " (q is [T, Hq, D])");
+}
+
+struct AttentionBackward final : Node {
+  Tensor q, k, v, out, lse, cu_seqlens; // contiguous, detached
+  kernels::AttentionShape shape;
+  const char* name() const override { return "AttentionBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    Tensor g = grads[0].contiguous();
+    // One kernel produces all three gradients; dq costs little next to dk/dv, so compute all.
+    Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+    Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+    Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+    VLM_DISPATCH_FLOAT(q.dtype(), "attention backward", T, [&] {
+      kernels::cpu::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
+                                     q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+                                     lse.data<acc_t<T>>(), cu_seqlens.data<int32_t>(), shape);
+    });
+    return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
+            needs_input_grad(2) ? dv : Tensor()};
+  }
+  void release() override { q = k = v = out = lse = cu_seqlens = Tensor(); }
+};
+
+} // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                 bool causal, double scale) {
+  check_float("attention", "q", q);
+  check_float("attention", "k", k);
+  check_float("attention", "v", v);
+  check_same_dtype("attention", "q", q, "k", k);
+  check_same_dtype("attention", "q", q, "v", v);
+  check_same_device("attention", "q", q, "k", k);
+  check_same_device("attention", "q", q, "v", v);
+  check_dim("attention", "q", q, 3);
+  check_dim("attention", "k", k, 3);
+  check_dim("attention", "v", v, 3);
+  VLM_CHECK(k.shape() == v.shape(), "attention: k and v must have the same shape, got ",
+            describe("k", k), ", ", describe("v", v));
+  VLM_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2),
+            "attention: q [T, Hq, D] and k [T, Hkv, D] must agree on T and D, got ",
+            describe("q", q), ", ", describe("k", k));
+  VLM_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+            "attention: query heads must be a multiple of kv heads, got ", describe("q", q), ", ",
+            describe("k", k));
+  VLM_CHECK(std::isfinite(scale), "attention: scale must be finite, got ", scale);
+  check_cu_seqlens(cu_seqlens, q.size(0), q);
+  check_cpu("attention", q);
+
+  kernels::AttentionShape shape;
+  shape.tokens = q.size(0);
+  shape.q_heads = q.size(1);
+  shape.kv_heads = k.size(1);
+  shape.head_dim = q.size(2);
+  shape.docs = cu_seqlens.size(0) - 1;
+  shape.causal = causal;
+  shape.scale = scale;
+
+  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  Tensor cu = cu_seqlens.clone(); // private copy: backward must see the validated offsets
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor lse = Tensor::empty({shape.tokens, shape.q_heads}, lse_dtype(q.dtype()), q.device());
+  VLM_DISPATCH_FLOAT(q.dtype(), "attention", T, [&] {
+    kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(), kc.data<T>(),
+                                   vc.data<T>(), cu.data<int32_t>(), shape);
+  });
+  if (needs_grad({&q, &k, &v})) {
+    auto node = std::make_shared<AttentionBackward>();
+    node->q = qc.detach();
+    node->k = kc.detach();
+    node->v = vc.detach();
+    node->out = out.detach();
+    node->lse = lse;
+    node->cu_seqlens = cu;
+    node->shape = shape;
+    record(node, {&q, &k, &v}, {&out});
+  }
+  return out;
+}
+
+} // namespace vlm

@@ -1,0 +1,33 @@
+// Softmax cross-entropy for language-model heads.
+#pragma once
+
+#include <cstdint>
+
+#include "src/core/tensor.h"
+
+namespace vlm {
+
+enum class Reduction : uint8_t { mean, sum };
+
+// Cross-entropy of logits [..., V] (f32, bf16 or f64) against labels [...] (i32 or i64); the usual
+// case is logits [N, V] with labels [N]. Per token: logsumexp(logits) - logits[label], computed in
+// f32 (f64 for f64 logits). Tokens whose label == ignore_index contribute nothing; any other label
+// outside [0, V) is an error naming the row and value.
+//   mean: sum over valid tokens / number of valid tokens;  sum: the plain sum.
+// Returns a 0-dim f32 tensor (f64 for f64 logits). The gradient w.r.t. logits comes back in the
+// logits' dtype; ignored rows get zeros.
+// If every label is ignored, the mean is 0 with zero gradients (torch returns NaN): a fully masked
+// micro-batch must not poison training.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::mean);
+
+// For gradient accumulation across micro-batches: the summed loss (reduction sum) and the number
+// of non-ignored tokens, so the caller can divide by the global count.
+struct CrossEntropyResult {
+  Tensor loss_sum;
+  int64_t num_valid = 0;
+};
+CrossEntropyResult cross_entropy_sum(const Tensor& logits, const Tensor& labels,
+                                     int64_t ignore_index = -100);
+
+} // namespace vlm

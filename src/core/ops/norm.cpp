@@ -1,0 +1,217 @@
+#include "src/core/ops/norm.h"
+
+#include <cmath>
+
+#include "kernels/norm.h"
+#include "src/base/dispatch.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/common.h"
+
+namespace vlm {
+
+using namespace ops_detail;
+using kernels::RmsNormWeight;
+
+namespace {
+
+// Per-row statistics are kept in the accumulation type: f64 for f64 tensors, f32 otherwise.
+DType stats_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// A contiguous copy without autograd history (what kernels read and nodes save).
+Tensor plain(const Tensor& t) {
+  if (!t.defined()) return t;
+  NoGradGuard no_grad;
+  return t.contiguous().detach();
+}
+
+template <typename T> const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+template <typename T> T* out_ptr(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+
+int64_t rows_of(const Tensor& x) { return x.numel() / x.size(-1); }
+
+void check_input(const char* op, const Tensor& x, double eps) {
+  check_float(op, "x", x);
+  VLM_CHECK(x.dim() >= 1 && x.size(-1) > 0, op, ": x needs a non-empty last dim, got ",
+            describe("x", x));
+  VLM_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
+}
+
+// weight / bias / gate: optional (unless `required`), x's dtype and device, shape [D] or x's.
+void check_operand(const char* op, const char* name, const Tensor& t, const Tensor& x,
+                   bool like_x) {
+  if (!t.defined()) return;
+  check_float(op, name, t);
+  check_same_dtype(op, "x", x, name, t);
+  check_same_device(op, "x", x, name, t);
+  if (like_x)
+    VLM_CHECK(t.shape() == x.shape(), op, ": ", describe(name, t), " must have the shape of ",
+              describe("x", x));
+  else
+    VLM_CHECK(t.dim() == 1 && t.size(0) == x.size(-1), op, ": ", describe(name, t),
+              " must be [D] = (", x.size(-1), ") for ", describe("x", x));
+}
+
+// The upstream gradient as a contiguous tensor of x's dtype.
+Tensor grad_like(const char* op, const Tensor& g, const Tensor& x) {
+  VLM_CHECK(g.shape() == x.shape() && g.dtype() == x.dtype(), op, ": ", describe("grad", g),
+            " does not match ", describe("x", x));
+  return g.contiguous();
+}
+
+Tensor empty_if(bool wanted, const Tensor& like) {
+  return wanted ? Tensor::empty(like.shape(), like.dtype(), like.device()) : Tensor();
+}
+
+struct RmsNormBackward final : Node {
+  Tensor x, weight, rstd; // contiguous, no history; weight undefined for mode none
+  RmsNormWeight mode = RmsNormWeight::none;
+  const char* name() const override {
+    return mode == RmsNormWeight::offset ? "RmsNormZeroCenteredBackward" : "RmsNormBackward";
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    Tensor dy = grad_like(name(), grads[0], x);
+    Tensor dx = empty_if(needs_input_grad(0), x);
+    Tensor dw = empty_if(weight.defined() && needs_input_grad(1), weight);
+    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
+      kernels::cpu::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
+                                    ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), mode, rows_of(x),
+                                    x.size(-1));
+    });
+    return {dx, dw};
+  }
+  void release() override { x = weight = rstd = Tensor(); }
+};
+
+struct RmsNormGatedBackward final : Node {
+  Tensor x, z, weight, rstd;
+  const char* name() const override { return "RmsNormGatedBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    Tensor dy = grad_like(name(), grads[0], x);
+    Tensor dx = empty_if(needs_input_grad(0), x);
+    Tensor dz = empty_if(needs_input_grad(1), z);
+    Tensor dw = empty_if(weight.defined() && needs_input_grad(2), weight);
+    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
+      kernels::cpu::rms_norm_gated_bwd<T>(
+          out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw), dy.data<T>(), x.data<T>(), z.data<T>(),
+          ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), rows_of(x), x.size(-1));
+    });
+    return {dx, dz, dw};
+  }
+  void release() override { x = z = weight = rstd = Tensor(); }
+};
+
+struct LayerNormBackward final : Node {
+  Tensor x, weight, mean, rstd;
+  bool has_bias = false;
+  const char* name() const override { return "LayerNormBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    Tensor dy = grad_like(name(), grads[0], x);
+    int64_t dim = x.size(-1);
+    Tensor dx = empty_if(needs_input_grad(0), x);
+    Tensor dw = weight.defined() && needs_input_grad(1)
+                    ? Tensor::empty({dim}, x.dtype(), x.device())
+                    : Tensor();
+    Tensor db =
+        has_bias && needs_input_grad(2) ? Tensor::empty({dim}, x.dtype(), x.device()) : Tensor();
+    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
+      kernels::cpu::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db), dy.data<T>(),
+                                      x.data<T>(), ptr_or_null<T>(weight), mean.data<acc_t<T>>(),
+                                      rstd.data<acc_t<T>>(), rows_of(x), dim);
+    });
+    return {dx, dw, db};
+  }
+  void release() override { x = weight = mean = rstd = Tensor(); }
+};
+
+Tensor rms_norm_impl(const char* op, const Tensor& x, const Tensor& weight, double eps,
+                     bool zero_centered) {
+  check_input(op, x, eps);
+  check_operand(op, "weight", weight, x, false);
+  check_cpu(op, x);
+  RmsNormWeight mode = !weight.defined() ? RmsNormWeight::none
+                       : zero_centered   ? RmsNormWeight::offset
+                                         : RmsNormWeight::scale;
+  Tensor xc = plain(x), wc = plain(weight);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+    kernels::cpu::rms_norm_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                  ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps);
+  });
+  if (needs_grad({&x, &weight})) {
+    auto node = std::make_shared<RmsNormBackward>();
+    node->x = xc;
+    node->weight = wc;
+    node->rstd = rstd;
+    node->mode = mode;
+    record(node, {&x, &weight}, {&out}); // an undefined weight gets an empty edge
+  }
+  return out;
+}
+
+} // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  return rms_norm_impl("rms_norm", x, weight, eps, false);
+}
+
+Tensor rms_norm_zero_centered(const Tensor& x, const Tensor& weight, double eps) {
+  return rms_norm_impl("rms_norm_zero_centered", x, weight, eps, true);
+}
+
+Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, double eps) {
+  const char* op = "rms_norm_gated";
+  check_input(op, x, eps);
+  check_defined(op, "z", z);
+  check_operand(op, "z", z, x, true);
+  check_operand(op, "weight", weight, x, false);
+  check_cpu(op, x);
+  Tensor xc = plain(x), zc = plain(z), wc = plain(weight);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+    kernels::cpu::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                        zc.data<T>(), ptr_or_null<T>(wc), rows_of(x), x.size(-1),
+                                        eps);
+  });
+  if (needs_grad({&x, &z, &weight})) {
+    auto node = std::make_shared<RmsNormGatedBackward>();
+    node->x = xc;
+    node->z = zc;
+    node->weight = wc;
+    node->rstd = rstd;
+    record(node, {&x, &z, &weight}, {&out});
+  }
+  return out;
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  check_input(op, x, eps);
+  check_operand(op, "weight", weight, x, false);
+  check_operand(op, "bias", bias, x, false);
+  check_cpu(op, x);
+  Tensor xc = plain(x), wc = plain(weight), bc = plain(bias);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+    kernels::cpu::layer_norm_fwd<T>(out.data<T>(), mean.data<acc_t<T>>(), rstd.data<acc_t<T>>(),
+                                    xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
+                                    rows_of(x), x.size(-1), eps);
+  });
+  if (needs_grad({&x, &weight, &bias})) {
+    auto node = std::make_shared<LayerNormBackward>();
+    node->x = xc;
+    node->weight = wc;
+    node->mean = mean;
+    node->rstd = rstd;
+    node->has_bias = bias.defined();
+    record(node, {&x, &weight, &bias}, {&out});
+  }
+  return out;
+}
+
+} // namespace vlm

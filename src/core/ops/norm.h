@@ -1,0 +1,23 @@
+// Normalizations over the last dim with hand-written backward. x is [..., D]; weight and bias are
+// [D] and optional (an undefined tensor means no scale / no shift); all operands share x's dtype
+// and device. Statistics and arithmetic run in f32 (f64 for f64 tensors), the output has x's
+// dtype, and the per-row rstd (and mean for LayerNorm) is saved for backward.
+#pragma once
+
+#include "src/core/tensor.h"
+
+namespace vlm {
+
+// Qwen3 RMSNorm: x̂ = x * rsqrt(mean(x^2) + eps), y = weight ⊙ x̂ (weight init 1). In bf16 it
+// follows HF: x̂ is rounded to bf16 first, then multiplied by the bf16 weight (one more rounding).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+// Qwen3.5 zero-centred RMSNorm: y = x̂ ⊙ (1 + weight) computed in f32, rounded once (weight init
+// 0). The weight gradient equals plain RMSNorm's, Σ dy ⊙ x̂.
+Tensor rms_norm_zero_centered(const Tensor& x, const Tensor& weight, double eps);
+// Qwen3.5 Gated DeltaNet output norm (norm before gate): y = (weight ⊙ x̂) * silu(z); z has x's
+// shape. In bf16 as HF: weight ⊙ bf16(x̂) rounded to bf16, times silu(z) in f32, rounded once.
+Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, double eps);
+// LayerNorm with biased variance: y = (x - mean) * rsqrt(var + eps) ⊙ weight + bias.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+
+} // namespace vlm

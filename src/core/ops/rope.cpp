@@ -1,0 +1,111 @@
+#include "src/core/ops/rope.h"
+
+#include <cmath>
+
+#include "kernels/rope.h"
+#include "src/base/dispatch.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/common.h"
+
+namespace vlm {
+
+using namespace ops_detail;
+
+namespace {
+
+kernels::RopeShape rope_shape(const Tensor& x, int64_t rotary_dim) {
+  kernels::RopeShape s;
+  s.tokens = x.size(0);
+  s.heads = x.size(1);
+  s.head_dim = x.size(2);
+  s.rotary_dim = rotary_dim;
+  return s;
+}
+
+struct RopeBackward final : Node {
+  Tensor cos, sin;
+  kernels::RopeShape shape;
+  const char* name() const override { return "RopeBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    Tensor g = grads[0].contiguous();
+    Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
+    VLM_DISPATCH_FLOAT(g.dtype(), "rope backward", T, [&] {
+      kernels::cpu::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape);
+    });
+    return {dx};
+  }
+  void release() override { cos = sin = Tensor(); }
+};
+
+} // namespace
+
+RopeTables rope_tables(const Tensor& position_ids, int64_t rotary_dim, double theta, DType dtype) {
+  check_defined("rope_tables", "position_ids", position_ids);
+  VLM_CHECK(position_ids.dtype() == DType::i32 || position_ids.dtype() == DType::i64,
+            "rope_tables: position_ids must be i32 or i64, got ",
+            describe("position_ids", position_ids));
+  VLM_CHECK(position_ids.dim() == 1, "rope_tables: position_ids must be [T], got ",
+            describe("position_ids", position_ids));
+  VLM_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0,
+            "rope_tables: rotary_dim must be even and >= 2, got ", rotary_dim);
+  VLM_CHECK(std::isfinite(theta) && theta > 0, "rope_tables: theta must be > 0, got ", theta);
+  VLM_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16,
+            "rope_tables: table dtype must be f32, f64 or bf16, got ", dtype_name(dtype));
+  check_cpu("rope_tables", position_ids);
+  Tensor positions = position_ids.to(DType::i64).contiguous();
+  const int64_t tokens = positions.size(0);
+  RopeTables t;
+  t.rotary_dim = rotary_dim;
+  t.cos = Tensor::empty({tokens, rotary_dim / 2}, dtype, position_ids.device());
+  t.sin = Tensor::empty({tokens, rotary_dim / 2}, dtype, position_ids.device());
+  VLM_DISPATCH_FLOAT(dtype, "rope_tables", T, [&] {
+    kernels::cpu::rope_cos_sin<T>(t.cos.data<T>(), t.sin.data<T>(), positions.data<int64_t>(),
+                                  tokens, rotary_dim, theta);
+  });
+  return t;
+}
+
+Tensor rope(const Tensor& x, const RopeTables& tables) {
+  check_float("rope", "x", x);
+  check_dim("rope", "x", x, 3);
+  check_defined("rope", "tables.cos", tables.cos);
+  check_defined("rope", "tables.sin", tables.sin);
+  check_same_dtype("rope", "x", x, "tables.cos", tables.cos);
+  check_same_device("rope", "x", x, "tables.cos", tables.cos);
+  const int64_t rotary_dim = tables.rotary_dim, half = rotary_dim / 2;
+  VLM_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= x.size(2), "rope: rotary_dim ",
+            rotary_dim, " must be even, >= 2 and <= the head dim of ", describe("x", x),
+            " (x is [T, H, D])");
+  Shape table_shape{x.size(0), half};
+  VLM_CHECK(tables.cos.shape() == table_shape && tables.sin.shape() == table_shape,
+            "rope: tables must be [T, rotary_dim/2] = ", shape_str(table_shape), " for ",
+            describe("x", x), ", got ", describe("cos", tables.cos), ", ",
+            describe("sin", tables.sin));
+  check_cpu("rope", x);
+  Tensor xc = x.contiguous(), cos = tables.cos.contiguous(), sin = tables.sin.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const kernels::RopeShape shape = rope_shape(x, rotary_dim);
+  VLM_DISPATCH_FLOAT(x.dtype(), "rope", T, [&] {
+    kernels::cpu::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape);
+  });
+  if (needs_grad({&x})) {
+    auto node = std::make_shared<RopeBackward>();
+    node->cos = cos.detach();
+    node->sin = sin.detach();
+    node->shape = shape;
+    record(node, {&x}, {&out});
+  }
+  return out;
+}
+
+Tensor rope(const Tensor& x, const Tensor& position_ids, int64_t rotary_dim, double theta) {
+  check_float("rope", "x", x);
+  check_dim("rope", "x", x, 3);
+  check_defined("rope", "position_ids", position_ids);
+  VLM_CHECK(position_ids.dim() == 1 && position_ids.size(0) == x.size(0),
+            "rope: position_ids must be [T] for ", describe("x", x), " (x is [T, H, D]), got ",
+            describe("position_ids", position_ids));
+  return rope(x, rope_tables(position_ids, rotary_dim, theta, x.dtype()));
+}
+
+} // namespace vlm

@@ -1,0 +1,16 @@
+#include "src/nn/embedding.h"
+
+#include "src/core/ops/index.h"
+
+namespace vlm::nn {
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Init init, DType dtype) {
+  VLM_CHECK(num_embeddings > 0 && embedding_dim > 0,
+            "Embedding: sizes must be positive, got num_embeddings=", num_embeddings,
+            " embedding_dim=", embedding_dim);
+  declare_parameter("weight", {num_embeddings, embedding_dim}, std::move(init), dtype);
+}
+
+Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight(), ids); }
+
+} // namespace vlm::nn

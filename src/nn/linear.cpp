@@ -1,0 +1,17 @@
+#include "src/nn/linear.h"
+
+#include "src/core/ops/matmul.h"
+
+namespace vlm::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
+    : in_(in_features), out_(out_features), has_bias_(options.bias) {
+  VLM_CHECK(in_features > 0 && out_features > 0,
+            "Linear: features must be positive, got in=", in_features, " out=", out_features);
+  declare_parameter("weight", {out_features, in_features}, options.weight_init, options.dtype);
+  if (has_bias_) declare_parameter("bias", {out_features}, options.bias_init, options.dtype);
+}
+
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight(), bias()); }
+
+} // namespace vlm::nn

@@ -1,0 +1,269 @@
+#include "src/nn/module.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "src/core/autograd.h"
+
+namespace vlm::nn {
+
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  return name.empty() ? prefix : prefix + "." + name;
+}
+
+// Edit distance, for "did you mean" lists.
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); j++) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "a, b, c" — the (up to) five names closest to `wanted`.
+std::string closest_names(const std::string& wanted, const std::vector<std::string>& names) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const auto& n : names) scored.emplace_back(levenshtein(wanted, n), n);
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::string out;
+  for (size_t i = 0; i < scored.size() && i < 5; i++) out += (i ? ", " : "") + scored[i].second;
+  return out.empty() ? "(none)" : out;
+}
+
+// FNV-1a: a stable hash of a parameter name, used as its random stream.
+uint64_t name_stream(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+} // namespace
+
+// --- describe ----------------------------------------------------------------------------------
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  VLM_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(), ": ", what,
+            " name '", name, "' must be non-empty and contain no '.' (nest modules instead)");
+  bool taken = own_slot(name) != nullptr;
+  for (const auto& [child_name, child] : children_) taken = taken || child_name == name;
+  VLM_CHECK(!taken, type_name(), ": ", what, " name '", name,
+            "' is already used by a parameter or child of this module");
+}
+
+void Module::declare_parameter(const std::string& name, const Shape& shape, Init init,
+                               DType dtype) {
+  check_new_name(name, "parameter");
+  VLM_CHECK(is_floating(dtype) && dtype != DType::f16, type_name(), ": parameter '", name,
+            "' must be f32, f64 or bf16, got ", dtype_name(dtype));
+  for (int64_t d : shape)
+    VLM_CHECK(d >= 0, type_name(), ": parameter '", name, "' has a negative dim in shape ",
+              shape_str(shape));
+  auto slot = std::make_unique<Slot>();
+  slot->spec = ParameterSpec{name, shape, dtype, std::move(init), true, false};
+  params_.push_back(std::move(slot));
+}
+
+const Tensor& Module::register_parameter(const std::string& name, Tensor value, Init init) {
+  check_new_name(name, "parameter");
+  VLM_CHECK(value.defined(), type_name(), ": register_parameter('", name,
+            "') of an undefined tensor");
+  VLM_CHECK(value.is_leaf(), type_name(), ": parameter '", name, "' must be a leaf tensor, got ",
+            value.desc(), " with history; pass x.detach()");
+  value.set_requires_grad(true);
+  auto slot = std::make_unique<Slot>();
+  slot->spec = ParameterSpec{name, value.shape(), value.dtype(), std::move(init), true, true};
+  slot->tensor = std::move(value);
+  params_.push_back(std::move(slot));
+  return params_.back()->tensor;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
+  check_new_name(name, "module");
+  VLM_CHECK(child != nullptr, type_name(), ": register_module('", name, "') of a null module");
+  VLM_CHECK(child.get() != this, type_name(), ": a module cannot be its own child ('", name, "')");
+  children_.emplace_back(name, std::move(child));
+}
+
+// --- access ------------------------------------------------------------------------------------
+
+const Module::Slot* Module::own_slot(const std::string& local_name) const {
+  for (const auto& s : params_)
+    if (s->spec.name == local_name) return s.get();
+  return nullptr;
+}
+
+bool Module::has_param(const std::string& local_name) const {
+  return own_slot(local_name) != nullptr;
+}
+
+const Tensor& Module::param(const std::string& local_name) const {
+  const Slot* s = own_slot(local_name);
+  if (!s) {
+    std::vector<std::string> names;
+    for (const auto& p : params_) names.push_back(p->spec.name);
+    VLM_FAIL(type_name(), ": no parameter '", local_name,
+             "'; it has: ", closest_names(local_name, names));
+  }
+  VLM_CHECK(s->tensor.defined(), type_name(), ": parameter '", local_name, "' ",
+            shape_str(s->spec.shape),
+            " is declared but not materialized; call materialize() on the root module");
+  return s->tensor;
+}
+
+void Module::collect_slots(const std::string& prefix, std::vector<SlotRef>& out) const {
+  for (const auto& s : params_) out.push_back({join(prefix, s->spec.name), s.get()});
+  for (const auto& [name, child] : children_) child->collect_slots(join(prefix, name), out);
+}
+
+std::vector<Module::SlotRef> Module::collect_slots() const {
+  std::vector<SlotRef> all;
+  collect_slots("", all);
+  // A tensor registered twice (tied weights) or a module registered under two names is listed
+  // once, under its first name.
+  std::unordered_set<const void*> seen;
+  std::vector<SlotRef> unique;
+  for (const auto& r : all) {
+    const void* key = r.slot->tensor.defined()
+                          ? static_cast<const void*>(r.slot->tensor.impl_ptr().get())
+                          : static_cast<const void*>(r.slot);
+    if (seen.insert(key).second) unique.push_back(r);
+  }
+  return unique;
+}
+
+std::vector<NamedParameter> Module::named_parameters() const {
+  std::vector<NamedParameter> out;
+  for (const auto& r : collect_slots()) {
+    VLM_CHECK(r.slot->tensor.defined(), "parameter '", r.full_name, "' ",
+              shape_str(r.slot->spec.shape),
+              " is declared but not materialized; call materialize() on the root module");
+    out.push_back({r.full_name, r.slot->tensor});
+  }
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& np : named_parameters()) out.push_back(std::move(np.tensor));
+  return out;
+}
+
+std::vector<ParameterSpec> Module::parameter_specs() const {
+  std::vector<ParameterSpec> out;
+  for (const auto& r : collect_slots()) {
+    ParameterSpec spec = r.slot->spec;
+    spec.name = r.full_name;
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (const auto& [name, child] : children_)
+    for (const auto& [sub, m] : child->named_modules()) out.emplace_back(join(name, sub), m);
+  return out;
+}
+
+Tensor Module::find_parameter(const std::string& name) const {
+  std::vector<std::string> names;
+  for (const auto& r : collect_slots()) {
+    if (r.full_name == name) {
+      VLM_CHECK(r.slot->tensor.defined(), "parameter '", name, "' ", shape_str(r.slot->spec.shape),
+                " is declared but not materialized; call materialize() on the root module");
+      return r.slot->tensor;
+    }
+    names.push_back(r.full_name);
+  }
+  VLM_FAIL(type_name(), ": no parameter named '", name, "' (", names.size(),
+           " parameters); closest: ", closest_names(name, names));
+}
+
+Module& Module::find_module(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& [path, m] : named_modules()) {
+    if (path == name) return *m;
+    names.push_back(path);
+  }
+  VLM_FAIL(type_name(), ": no module named '", name, "'; closest: ", closest_names(name, names));
+}
+
+int64_t Module::num_parameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (const auto& r : collect_slots())
+    if (!trainable_only || r.slot->spec.trainable) n += vlm::numel(r.slot->spec.shape);
+  return n;
+}
+
+// --- training state ----------------------------------------------------------------------------
+
+void Module::zero_grad() {
+  for (const auto& r : collect_slots())
+    if (r.slot->tensor.defined()) r.slot->tensor.zero_grad();
+}
+
+void Module::set_requires_grad(bool requires_grad) {
+  for (const auto& r : collect_slots()) {
+    r.slot->spec.trainable = requires_grad;
+    if (r.slot->tensor.defined()) r.slot->tensor.set_requires_grad(requires_grad);
+  }
+}
+
+// --- allocate / initialize ---------------------------------------------------------------------
+
+void Module::set_local_shape(const std::string& name, const Shape& shape) {
+  std::vector<std::string> names;
+  for (const auto& r : collect_slots()) {
+    if (r.full_name == name) {
+      VLM_CHECK(!r.slot->spec.materialized, "set_local_shape('", name,
+                "'): already materialized with shape ", shape_str(r.slot->spec.shape));
+      r.slot->spec.shape = shape;
+      return;
+    }
+    names.push_back(r.full_name);
+  }
+  VLM_FAIL("set_local_shape: no parameter named '", name,
+           "'; closest: ", closest_names(name, names));
+}
+
+void Module::materialize(Device device) {
+  for (const auto& r : collect_slots()) {
+    Slot& s = *r.slot;
+    if (!s.spec.materialized) {
+      s.tensor = Tensor::zeros(s.spec.shape, s.spec.dtype, device);
+      s.tensor.set_requires_grad(s.spec.trainable);
+      s.spec.materialized = true;
+    }
+    s.tensor.set_name(r.full_name);
+  }
+}
+
+void Module::initialize(Rng& rng) {
+  const uint64_t base_seed = rng.next_u64();
+  for (const auto& r : collect_slots()) {
+    VLM_CHECK(r.slot->tensor.defined(), "initialize: parameter '", r.full_name, "' ",
+              shape_str(r.slot->spec.shape), " is not materialized; call materialize() first");
+    Rng param_rng(base_seed, name_stream(r.full_name));
+    r.slot->spec.init.apply(r.slot->tensor, param_rng);
+  }
+}
+
+// --- ModuleList --------------------------------------------------------------------------------
+
+Module& ModuleList::operator[](size_t i) const {
+  VLM_CHECK(i < items_.size(), "ModuleList index ", i, " out of range (size ", items_.size(), ")");
+  return *items_[i];
+}
+
+} // namespace vlm::nn

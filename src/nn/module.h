@@ -1,0 +1,147 @@
+// Module: a registry of named parameters and named child modules that yields hierarchical
+// HF-style names ("model.layers.0.self_attn.q_proj.weight").
+//
+// Life cycle (DESIGN.md §2: describe -> shard -> allocate -> initialize):
+//   1. describe: constructors call declare_parameter(name, shape, init) — shapes and rules only —
+//      and register_module(name, child). ModuleList holds indexed children ("layers.0").
+//   2. shard: the parallel plan reads parameter_specs() (it may change a local shape with
+//      set_local_shape before allocation).
+//   3. allocate: root.materialize() allocates every declared parameter (zero-filled leaves with
+//      requires_grad) and names each tensor with its full dotted name (Tensor::name()).
+//   4. initialize: root.initialize(rng) fills them by their rules, or a loader overwrites them.
+//
+// Ordering: a module's own parameters in registration order, then each child in registration
+// order, recursively (PyTorch's order, which HF state dicts follow). A tensor registered under two
+// names (tied embeddings) is listed once, under the first name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/base/rng.h"
+#include "src/core/tensor.h"
+#include "src/nn/init.h"
+
+namespace vlm::nn {
+
+struct NamedParameter {
+  std::string name; // full dotted name relative to the module it was listed from
+  Tensor tensor;
+};
+
+// A parameter as declared: what the parallel plan and summaries need before allocation.
+struct ParameterSpec {
+  std::string name;
+  Shape shape; // the (local) shape materialize() allocates
+  DType dtype = DType::f32;
+  Init init;
+  bool trainable = true;
+  bool materialized = false;
+};
+
+class Module {
+public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // For messages and summaries ("Linear", "Qwen3DecoderLayer").
+  virtual std::string type_name() const { return "Module"; }
+
+  // --- describe --------------------------------------------------------------------------------
+  // Declares a parameter that materialize() allocates and initialize() fills by `init`.
+  void declare_parameter(const std::string& name, const Shape& shape, Init init,
+                         DType dtype = DType::f32);
+  // Registers an existing leaf tensor (requires_grad is set); `init` defaults to keeping its
+  // values. Returns the registered tensor.
+  const Tensor& register_parameter(const std::string& name, Tensor value, Init init = Init::keep());
+  // Registers a child; its parameters appear under "<name>.". Returns the child.
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
+    add_child(name, child);
+    return child;
+  }
+
+  // --- access (names relative to this module) ---------------------------------------------------
+  // An own parameter, by its local name (for forward()); must be materialized.
+  const Tensor& param(const std::string& local_name) const;
+  bool has_param(const std::string& local_name) const;
+  // Full dotted names in the order described above; every parameter must be materialized.
+  std::vector<NamedParameter> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // Declared parameters (materialized or not), same order and deduplication.
+  std::vector<ParameterSpec> parameter_specs() const;
+  // This module ("") and every descendant with its dotted path, pre-order.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
+  // By full dotted name; the error lists the closest existing names.
+  Tensor find_parameter(const std::string& name) const;
+  Module& find_module(const std::string& name);
+
+  // Elements over all (deduplicated) declared parameters, or only the trainable ones.
+  int64_t num_parameters(bool trainable_only = false) const;
+
+  // --- training state ---------------------------------------------------------------------------
+  // Drops every parameter's .grad (the next backward allocates fresh ones).
+  void zero_grad();
+  // Freezes (false) or unfreezes (true) every parameter of this subtree, declared ones included.
+  void set_requires_grad(bool requires_grad);
+
+  // --- allocate / initialize (call on the root) -------------------------------------------------
+  // Overrides the allocation shape of a declared, not yet materialized parameter (sharding).
+  void set_local_shape(const std::string& name, const Shape& shape);
+  // Allocates every declared parameter not yet materialized (zeros, requires_grad as declared)
+  // and sets each tensor's name to its full dotted name relative to this module.
+  void materialize(Device device = Device::cpu());
+  // Fills every parameter by its rule. One base seed is drawn from rng; each parameter then gets
+  // its own stream keyed by its full name, so its values depend only on (seed, name, shape) —
+  // not on which other parameters exist or on their order. Same seed -> same values.
+  void initialize(Rng& rng);
+
+protected:
+  void add_child(const std::string& name, std::shared_ptr<Module> child);
+
+private:
+  struct Slot {
+    ParameterSpec spec; // spec.name is the local name
+    Tensor tensor;      // undefined until materialized
+  };
+  struct SlotRef {
+    std::string full_name;
+    Slot* slot;
+  };
+
+  void check_new_name(const std::string& name, const char* what) const;
+  const Slot* own_slot(const std::string& local_name) const;
+  // Every slot of the subtree with its full name, deduplicated by tensor identity.
+  std::vector<SlotRef> collect_slots() const;
+  void collect_slots(const std::string& prefix, std::vector<SlotRef>& out) const;
+
+  // unique_ptr keeps the Tensor references handed out by param() stable.
+  std::vector<std::unique_ptr<Slot>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// Indexed children named "0", "1", ... (decoder layers, vision blocks).
+class ModuleList : public Module {
+public:
+  std::string type_name() const override { return "ModuleList"; }
+  template <typename M> std::shared_ptr<M> append(std::shared_ptr<M> m) {
+    add_child(std::to_string(items_.size()), m);
+    items_.push_back(m);
+    return m;
+  }
+  size_t size() const { return items_.size(); }
+  Module& operator[](size_t i) const;
+  template <typename M> M& at(size_t i) const { return dynamic_cast<M&>((*this)[i]); }
+
+private:
+  std::vector<std::shared_ptr<Module>> items_;
+};
+
+} // namespace vlm::nn

@@ -1,0 +1,18 @@
+#include "src/nn/rms_norm.h"
+
+#include "src/core/ops/norm.h"
+
+namespace vlm::nn {
+
+RMSNorm::RMSNorm(int64_t dim, RMSNormOptions options) : options_(options) {
+  VLM_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
+  declare_parameter("weight", {dim}, options.zero_centered ? Init::zeros() : Init::ones(),
+                    options.dtype);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const {
+  return options_.zero_centered ? rms_norm_zero_centered(x, weight(), options_.eps)
+                                : rms_norm(x, weight(), options_.eps);
+}
+
+} // namespace vlm::nn

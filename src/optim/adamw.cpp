@@ -1,0 +1,148 @@
+#include "src/optim/adamw.h"
+
+#include <cmath>
+#include <set>
+
+#include "kernels/optim.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/shape_ops.h"
+
+namespace vlm::optim {
+
+namespace {
+
+DType state_dtype(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_param(const ParamGroup& g, const Tensor& p, std::set<std::string>& names) {
+  const std::string where = "AdamW: group '" + g.name + "'";
+  VLM_CHECK(p.defined(), where, " holds an undefined tensor");
+  VLM_CHECK(!p.name().empty(), where, ": parameter ", p.desc(),
+            " has no name (Module::materialize names parameters; or call Tensor::set_name)");
+  VLM_CHECK(names.insert(p.name()).second, where, ": parameter '", p.name(),
+            "' appears twice (each parameter belongs to exactly one group)");
+  VLM_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::bf16 || p.dtype() == DType::f64, where,
+            ": parameter '", p.name(), "' must be f32, bf16 or f64, got ", p.desc());
+  VLM_CHECK(p.is_leaf() && p.requires_grad(), where, ": parameter '", p.name(), "' ", p.desc(),
+            " must be a leaf that requires grad (leave frozen parameters out of the optimizer)");
+  VLM_CHECK(p.is_contiguous(), where, ": parameter '", p.name(), "' must be contiguous, got ",
+            p.desc());
+  VLM_CHECK(p.device().is_cpu(), "AdamW: no CUDA kernel yet for parameter '", p.name(), "' ",
+            p.desc());
+}
+
+// Runs the kernel for one parameter; the (param, grad) dtype pair picks the instantiation.
+void update(Tensor& p, const Tensor& g, AdamWState& st, const kernels::AdamWStepArgs& args) {
+  const int64_t n = p.numel();
+  using kernels::cpu::adamw_step;
+  switch (p.dtype()) {
+  case DType::f32:
+    adamw_step<float, float, float>(p.data<float>(), nullptr, g.data<float>(),
+                                    st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), n, args);
+    return;
+  case DType::f64:
+    adamw_step<double, double, double>(p.data<double>(), nullptr, g.data<double>(),
+                                       st.exp_avg.data<double>(), st.exp_avg_sq.data<double>(), n,
+                                       args);
+    return;
+  case DType::bf16:
+    if (g.dtype() == DType::bf16)
+      adamw_step<bf16, bf16, float>(p.data<bf16>(), st.master.data<float>(), g.data<bf16>(),
+                                    st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), n, args);
+    else
+      adamw_step<bf16, float, float>(p.data<bf16>(), st.master.data<float>(), g.data<float>(),
+                                     st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), n,
+                                     args);
+    return;
+  default: VLM_FAIL("AdamW: unsupported parameter ", p.desc());
+  }
+}
+
+} // namespace
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : groups_(std::move(groups)), options_(options) {
+  VLM_CHECK(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 && options_.beta2 < 1,
+            "AdamW: betas must be in [0, 1), got (", options_.beta1, ", ", options_.beta2, ")");
+  VLM_CHECK(options_.eps >= 0, "AdamW: eps must be >= 0, got ", options_.eps);
+  std::set<std::string> names;
+  for (const auto& g : groups_) {
+    VLM_CHECK(g.lr_scale >= 0 && std::isfinite(g.lr_scale), "AdamW: group '", g.name,
+              "' lr_scale must be finite and >= 0, got ", g.lr_scale);
+    VLM_CHECK(g.weight_decay >= 0 && std::isfinite(g.weight_decay), "AdamW: group '", g.name,
+              "' weight_decay must be finite and >= 0, got ", g.weight_decay);
+    for (const auto& p : g.params) {
+      check_param(g, p, names);
+      AdamWState st;
+      st.exp_avg = Tensor::zeros(p.shape(), state_dtype(p.dtype()));
+      st.exp_avg_sq = Tensor::zeros(p.shape(), state_dtype(p.dtype()));
+      if (p.dtype() == DType::bf16) st.master = p.detach().to(DType::f32);
+      state_.emplace(p.name(), std::move(st));
+    }
+  }
+}
+
+void AdamW::step(double lr) {
+  VLM_CHECK(lr >= 0 && std::isfinite(lr), "AdamW::step: lr must be finite and >= 0, got ", lr);
+  NoGradGuard no_grad;
+  for (auto& g : groups_) {
+    for (auto& p : g.params) {
+      if (!p.grad().defined()) continue;
+      const Tensor& grad = p.grad();
+      VLM_CHECK(grad.shape() == p.shape(), "AdamW: gradient of '", p.name(),
+                "' has the wrong shape, ", describe("param", p), " vs ", describe("grad", grad));
+      VLM_CHECK(grad.dtype() == p.dtype() ||
+                    (p.dtype() == DType::bf16 && grad.dtype() == DType::f32),
+                "AdamW: gradient of '", p.name(), "' must be ", dtype_name(p.dtype()),
+                (p.dtype() == DType::bf16 ? " or f32" : ""), ", ", describe("param", p), " vs ",
+                describe("grad", grad));
+      VLM_CHECK(grad.device() == p.device(), "AdamW: gradient of '", p.name(),
+                "' is on another device, ", describe("param", p), " vs ", describe("grad", grad));
+      AdamWState& st = state_.at(p.name());
+      st.step++;
+      kernels::AdamWStepArgs args;
+      args.lr = lr * g.lr_scale;
+      args.beta1 = options_.beta1;
+      args.beta2 = options_.beta2;
+      args.eps = options_.eps;
+      args.weight_decay = g.weight_decay;
+      args.step_size = args.lr / (1.0 - std::pow(options_.beta1, double(st.step)));
+      args.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, double(st.step)));
+      update(p, grad.contiguous(), st, args);
+    }
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.zero_grad();
+}
+
+void AdamW::refresh_master() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) {
+      AdamWState& st = state_.at(p.name());
+      if (st.master.defined()) copy_(st.master, p.detach());
+    }
+}
+
+std::vector<std::string> AdamW::param_names() const {
+  std::vector<std::string> names;
+  for (const auto& g : groups_)
+    for (const auto& p : g.params) names.push_back(p.name());
+  return names;
+}
+
+bool AdamW::has_state(const std::string& param_name) const { return state_.count(param_name) > 0; }
+
+AdamWState& AdamW::state(const std::string& param_name) {
+  auto it = state_.find(param_name);
+  VLM_CHECK(it != state_.end(), "AdamW: no state for parameter '", param_name, "' (", state_.size(),
+            " parameters are optimized)");
+  return it->second;
+}
+
+const AdamWState& AdamW::state(const std::string& param_name) const {
+  return const_cast<AdamW*>(this)->state(param_name);
+}
+
+} // namespace vlm::optim
