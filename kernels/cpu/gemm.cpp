@@ -6,26 +6,39 @@
 
 namespace vlm::kernels::cpu {
 
+namespace {
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+               const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+               const double* a, int lda, const double* b, int ldb, float beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// One BLAS call per batch matrix.
+template <typename T>
+void blas_batched(T* c, const T* a, const T* b, const GemmShape& s, float alpha, float beta) {
+  int lda = int(s.trans_a ? s.M : s.K), ldb = int(s.trans_b ? s.K : s.N);
+  for (int64_t i = 0; i < s.batch; i++)
+    blas_gemm(s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+              int(s.M), int(s.N), int(s.K), alpha, a + i * s.stride_a, lda, b + i * s.stride_b, ldb,
+              beta, c + i * s.stride_c, int(s.N));
+}
+
+} // namespace
+
 template <>
 void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s, float alpha,
                  float beta) {
-  int lda = int(s.trans_a ? s.M : s.K), ldb = int(s.trans_b ? s.K : s.N);
-  for (int64_t i = 0; i < s.batch; i++)
-    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-                s.trans_b ? CblasTrans : CblasNoTrans, int(s.M), int(s.N), int(s.K), alpha,
-                a + i * s.stride_a, lda, b + i * s.stride_b, ldb, beta, c + i * s.stride_c,
-                int(s.N));
+  blas_batched(c, a, b, s, alpha, beta);
 }
 
 template <>
 void gemm<double>(double* c, const double* a, const double* b, const GemmShape& s, float alpha,
                   float beta) {
-  int lda = int(s.trans_a ? s.M : s.K), ldb = int(s.trans_b ? s.K : s.N);
-  for (int64_t i = 0; i < s.batch; i++)
-    cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-                s.trans_b ? CblasTrans : CblasNoTrans, int(s.M), int(s.N), int(s.K), alpha,
-                a + i * s.stride_a, lda, b + i * s.stride_b, ldb, beta, c + i * s.stride_c,
-                int(s.N));
+  blas_batched(c, a, b, s, alpha, beta);
 }
 
 template <>

@@ -38,7 +38,7 @@ TEST_CASE("grad: matmul and linear", "[grad]") {
   gradcheck("linear no bias", [](auto& in) { return linear(in[0], in[1]); }, {a, w});
 }
 
-TEST_CASE("grad: views, concat, cast", "[grad]") {
+TEST_CASE("grad: views and concat", "[grad]") {
   auto x = rnd({3, 4, 2}, 9), y = rnd({3, 2, 2}, 10);
   gradcheck("transpose", [](auto& in) { return transpose(in[0], 0, 2).contiguous(); }, {x});
   gradcheck("permute+reshape",
@@ -53,4 +53,23 @@ TEST_CASE("grad: views, concat, cast", "[grad]") {
               return expand(slice(in[0], 1, 0, 1), {2, 3, 5, 2}).contiguous();
             },
             {x});
+}
+
+TEST_CASE("grad: cast through f32 and bf16", "[grad]") {
+  // The round trip quantizes the perturbation, so the difference step must dwarf the rounding:
+  // with eps 1e-2 the bf16 rounding (2^-8 relative) is a ~2e-2 relative error of the quotient.
+  auto x = rnd({3, 4}, 11);
+  testing::GradcheckOptions f32_opt;
+  f32_opt.eps = 1e-3;
+  f32_opt.rtol = 1e-3;
+  f32_opt.atol = 1e-4;
+  gradcheck(
+      "cast f32", [](auto& in) { return cast(cast(in[0], DType::f32), DType::f64); }, {x}, f32_opt);
+  testing::GradcheckOptions bf16_opt;
+  bf16_opt.eps = 1e-1;
+  bf16_opt.rtol = 5e-2;
+  bf16_opt.atol = 5e-2;
+  gradcheck(
+      "cast bf16", [](auto& in) { return cast(cast(in[0], DType::bf16), DType::f64); }, {x},
+      bf16_opt);
 }
