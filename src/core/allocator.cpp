@@ -83,7 +83,11 @@ public:
   Device device() const override { return Device::cpu(); }
 
 private:
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr size_t kMaxCached = 0; // let AddressSanitizer see every use after free
+#else
   static constexpr size_t kMaxCached = size_t(4) << 30;
+#endif
 
   static size_t size_class(size_t bytes) {
     size_t pow2 = 64;

@@ -61,7 +61,10 @@ int cmd_train(const std::vector<std::string>& args) {
       o.metrics_path = next, i++;
     } else if (a == "--ac")
       o.activation_checkpointing = true;
-    else if (a == "--require-loss-drop")
+    else if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a == "--require-loss-drop")
       require_drop = parse_double(a, next), i++;
     else if (a == "--config")
       VLM_FAIL("--config: TOML training configs arrive with the Qwen3 trainer; run `vlmtrain "
