@@ -7,6 +7,7 @@
 
 #include "src/base/check.h"
 #include "src/core/device.h"
+#include "src/train/cmd_data.h"
 #include "src/train/demo.h"
 
 namespace vlm::train {
@@ -20,6 +21,7 @@ commands:
                    --steps N (800)  --rows N (4)  --seq-len N (128)  --seed N (0)
                    --log-every N (50)  --ac (activation checkpointing)  --metrics FILE
                    --require-loss-drop R  exit 1 unless the final loss <= R x the first
+  data           dataset tools: make-demo OUT, inspect PATH (`vlmtrain data help`)
   device-query   print the CUDA devices this build sees (or why there are none)
   help           this text
 )";
@@ -87,6 +89,7 @@ int run_cli(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "help";
   std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   if (cmd == "train") return cmd_train(args);
+  if (cmd == "data") return cmd_data(args);
   if (cmd == "device-query") {
     std::printf("%s\n", cuda_device_query().c_str());
     return 0;

@@ -1,0 +1,186 @@
+#include "src/train/cmd_data.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+
+#include "io/chat_format.h"
+#include "io/demo_dataset.h"
+#include "io/energon_dataset.h"
+#include "io/image_decode.h"
+#include "io/image_preprocess.h"
+#include "io/tokenizer.h"
+#include "src/base/check.h"
+
+namespace vlm::train {
+
+namespace {
+
+const char* kDataUsage = R"(usage:
+  vlmtrain data make-demo OUT [--train N (2000)] [--val N (200)] [--seed S (0)]
+      writes a small synthetic Energon dataset: PNG images of coloured shapes with captions,
+      conversations about them, and some text-only samples
+  vlmtrain data inspect PATH [--split NAME] [--samples N (200)] [--tokenizer PATH]
+      splits, shards and sample counts; part types, image sizes, sample kinds and (with a
+      tokenizer) token counts over the first N samples of each split
+)";
+
+int64_t int_arg(const std::vector<std::string>& args, size_t& i) {
+  VLM_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
+  char* end = nullptr;
+  long long v = std::strtoll(args[i + 1].c_str(), &end, 10);
+  VLM_CHECK(end && *end == '\0' && v >= 0, "option ", args[i],
+            " expects a non-negative integer, got '", args[i + 1], "'");
+  i++;
+  return v;
+}
+
+int make_demo(const std::vector<std::string>& args) {
+  io::DemoDatasetOptions o;
+  std::string out;
+  for (size_t i = 0; i < args.size(); i++) {
+    if (args[i] == "--train")
+      o.train_samples = int_arg(args, i);
+    else if (args[i] == "--val")
+      o.val_samples = int_arg(args, i);
+    else if (args[i] == "--seed")
+      o.seed = uint64_t(int_arg(args, i));
+    else if (out.empty() && args[i][0] != '-')
+      out = args[i];
+    else
+      VLM_FAIL("data make-demo: unexpected argument '", args[i], "'\n", kDataUsage);
+  }
+  VLM_CHECK(!out.empty(), "data make-demo: missing OUT folder\n", kDataUsage);
+  std::printf("writing demo dataset to %s (%lld train, %lld val samples)...\n", out.c_str(),
+              (long long)o.train_samples, (long long)o.val_samples);
+  io::make_demo_dataset(out, o);
+  std::printf("done\n");
+  return 0;
+}
+
+struct Stats {
+  int64_t n = 0;
+  double sum = 0, min = 1e300, max = -1e300;
+  void add(double v) {
+    n++;
+    sum += v;
+    min = std::min(min, v);
+    max = std::max(max, v);
+  }
+  std::string str() const {
+    if (n == 0) return "-";
+    char b[96];
+    std::snprintf(b, sizeof b, "mean %.1f, min %.0f, max %.0f (n=%lld)", sum / double(n), min, max,
+                  (long long)n);
+    return b;
+  }
+};
+
+int inspect(const std::vector<std::string>& args) {
+  std::string path, only_split, tokenizer_path;
+  int64_t samples = 200;
+  for (size_t i = 0; i < args.size(); i++) {
+    if (args[i] == "--samples")
+      samples = int_arg(args, i);
+    else if (args[i] == "--split" && i + 1 < args.size())
+      only_split = args[++i];
+    else if (args[i] == "--tokenizer" && i + 1 < args.size())
+      tokenizer_path = args[++i];
+    else if (path.empty() && args[i][0] != '-')
+      path = args[i];
+    else
+      VLM_FAIL("data inspect: unexpected argument '", args[i], "'\n", kDataUsage);
+  }
+  VLM_CHECK(!path.empty(), "data inspect: missing PATH\n", kDataUsage);
+  io::EnergonDataset ds = io::EnergonDataset::open(path);
+  std::optional<io::Tokenizer> tok;
+  if (!tokenizer_path.empty()) tok = io::Tokenizer::from_file(tokenizer_path);
+  io::ImageProcessorConfig image_cfg;
+
+  std::printf("dataset %s\n  class %s, energon %s\n", ds.root().c_str(), ds.dataset_class().c_str(),
+              ds.energon_version().empty() ? "?" : ds.energon_version().c_str());
+  for (const auto& [k, v] : ds.subflavors())
+    std::printf("  subflavor %s = %s\n", k.c_str(), v.c_str());
+  for (const std::string& name : ds.split_names()) {
+    if (!only_split.empty() && name != only_split) continue;
+    const auto& split = ds.split(name);
+    std::printf("split %s: %lld samples in %zu shards\n", name.c_str(),
+                (long long)split.num_samples, split.shards.size());
+    std::map<std::string, int64_t> parts, kinds, skipped;
+    Stats width, height, tokens, image_tokens, trained;
+    int64_t n = std::min(samples, split.num_samples);
+    for (int64_t i = 0; i < n; i++) {
+      try {
+        io::RawSample s = ds.read_sample(split, i);
+        if (s.excluded) {
+          skipped["excluded"]++;
+          continue;
+        }
+        for (const auto& [p, bytes] : s.parts) parts[p]++;
+        io::ChatSample chat = io::parse_chat_sample(s);
+        kinds[chat.kind == io::SampleKind::text      ? "text"
+              : chat.kind == io::SampleKind::caption ? "caption"
+                                                     : "conversation"]++;
+        std::vector<int64_t> pads;
+        for (const auto& part : chat.image_parts) {
+          io::Image img = io::decode_image(s.parts.at(part), part);
+          width.add(double(img.width));
+          height.add(double(img.height));
+          auto [h, w] = io::smart_resize(img.height, img.width, image_cfg);
+          pads.push_back(h * w /
+                         (image_cfg.patch_size * image_cfg.patch_size * image_cfg.merge_size *
+                          image_cfg.merge_size));
+          image_tokens.add(double(pads.back()));
+        }
+        if (tok) {
+          io::TokenizedChat t = io::tokenize_chat(chat, *tok, pads);
+          tokens.add(double(t.input_ids.size()));
+          trained.add(double(std::count_if(t.labels.begin(), t.labels.end(),
+                                           [](int32_t l) { return l != -100; })));
+        }
+      } catch (const io::SampleError& e) {
+        skipped[io::sample_error_reason_name(e.reason)]++;
+      } catch (const io::ChatFormatError& e) {
+        skipped[e.reason()]++;
+      } catch (const io::ImageError& e) {
+        skipped[std::string("image_") + io::image_error_kind_name(e.kind())]++;
+      }
+    }
+    std::printf("  first %lld samples:\n    parts:", (long long)n);
+    for (const auto& [p, c] : parts) std::printf(" %s %lld", p.c_str(), (long long)c);
+    std::printf("\n    kinds:");
+    for (const auto& [k, c] : kinds) std::printf(" %s %lld", k.c_str(), (long long)c);
+    std::printf("\n    image width: %s\n    image height: %s\n    image tokens: %s\n",
+                width.str().c_str(), height.str().c_str(), image_tokens.str().c_str());
+    if (tok)
+      std::printf("    tokens per sample: %s\n    trained tokens per sample: %s\n",
+                  tokens.str().c_str(), trained.str().c_str());
+    else
+      std::printf("    (token statistics: pass --tokenizer PATH)\n");
+    if (!skipped.empty()) {
+      std::printf("    skipped:");
+      for (const auto& [k, c] : skipped) std::printf(" %s %lld", k.c_str(), (long long)c);
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+} // namespace
+
+int cmd_data(const std::vector<std::string>& args) {
+  std::string sub = args.empty() ? "help" : args[0];
+  std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
+  if (sub == "make-demo") return make_demo(rest);
+  if (sub == "inspect") return inspect(rest);
+  if (sub == "help" || sub == "--help" || sub == "-h") {
+    std::printf("%s", kDataUsage);
+    return 0;
+  }
+  std::fprintf(stderr, "unknown data command '%s'\n%s", sub.c_str(), kDataUsage);
+  return 2;
+}
+
+} // namespace vlm::train
