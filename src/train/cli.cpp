@@ -8,6 +8,7 @@
 #include "src/base/check.h"
 #include "src/core/device.h"
 #include "src/train/cmd_data.h"
+#include "src/train/cmd_tokenize.h"
 #include "src/train/demo.h"
 
 namespace vlm::train {
@@ -22,6 +23,8 @@ commands:
                    --log-every N (50)  --ac (activation checkpointing)  --metrics FILE
                    --require-loss-drop R  exit 1 unless the final loss <= R x the first
   data           dataset tools: make-demo OUT, inspect PATH (`vlmtrain data help`)
+  tokenize       --tokenizer PATH [--decode [--skip-special]]: JSON lines {"text"} <-> {"ids"}
+                 on stdin/stdout
   device-query   print the CUDA devices this build sees (or why there are none)
   help           this text
 )";
@@ -90,6 +93,7 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   if (cmd == "train") return cmd_train(args);
   if (cmd == "data") return cmd_data(args);
+  if (cmd == "tokenize") return cmd_tokenize(args);
   if (cmd == "device-query") {
     std::printf("%s\n", cuda_device_query().c_str());
     return 0;
