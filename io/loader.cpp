@@ -436,7 +436,9 @@ struct DataLoader::Impl {
         auto ps = pipeline->process(id, &why);
         VLM_CHECK(ps, "restore: sample id ", id,
                   " was in the packing buffer when the state was saved but is skipped now (",
-                  why.summary(), "); the dataset or the sample pipeline changed since");
+                  why.examples.empty() ? std::string("excluded by split.yaml")
+                                       : why.examples[0].reason + ": " + why.examples[0].message,
+                  "); the dataset or the sample pipeline changed since");
         retain(id, std::move(ps->images));
         docs.push_back(std::move(ps->tokens));
       }
