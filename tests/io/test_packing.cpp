@@ -22,6 +22,7 @@
 #include "io/packing_plan.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -41,21 +42,7 @@ namespace {
 constexpr int32_t IMG = 151655, VS = 151652, VE = 151653, PAD = 151643;
 constexpr int64_t PATCH_DIM = 4;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("vlm_test_packing_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using TempDir = vlm::testing::TempDir;
 
 // One piece of a synthetic document: `text` text tokens, or an image of `grid`.
 struct Part {

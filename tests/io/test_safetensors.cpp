@@ -8,6 +8,7 @@
 
 #include "io/safetensors.h"
 #include "src/base/check.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -18,21 +19,7 @@ using vlm::io::TensorInfo;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("vlm_test_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using TempDir = vlm::testing::TempDir;
 
 // The message of the vlm::Error that f throws, or "" when it does not throw one.
 template <typename F> std::string error_of(F&& f) {

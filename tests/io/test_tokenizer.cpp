@@ -15,6 +15,7 @@
 #include "io/unicode.h"
 #include "src/base/check.h"
 #include "src/train/cmd_tokenize.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -71,25 +72,7 @@ template <typename F> std::string error_of(F&& f) {
   return "";
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    std::random_device rd;
-    dir = fs::temp_directory_path() /
-          ("vlm_test_tokenizer_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string path = (dir / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-};
+using TempDir = vlm::testing::TempDir;
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
