@@ -199,7 +199,8 @@ Image resize_bicubic(const Image& img, int64_t height, int64_t width) {
   return resample_vertical(resample_horizontal(img, width), height);
 }
 
-ProcessedImage preprocess_image(const Image& img, const ImageProcessorConfig& cfg) {
+ProcessedImage preprocess_image(const Image& img, const ImageProcessorConfig& cfg,
+                                std::vector<float>* append_to) {
   const auto [h, w] = smart_resize(img.height, img.width, cfg);
   const Image resized = resize_bicubic(img, h, w);
 
@@ -209,7 +210,9 @@ ProcessedImage preprocess_image(const Image& img, const ImageProcessorConfig& cf
   out.grid_thw = {1, h / p, w / p};
   out.num_patches = (h / p) * (w / p);
   out.patch_dim = 3 * t * p * p;
-  out.pixel_values.resize(static_cast<size_t>(out.num_patches * out.patch_dim));
+  std::vector<float>& values = append_to ? *append_to : out.pixel_values;
+  const size_t begin = values.size();
+  values.resize(begin + static_cast<size_t>(out.num_patches * out.patch_dim));
 
   // Rescale + normalize as the torchvision backend fuses them, in float32:
   // (x - mean * 255) / (std * 255), mean/std as float32 times 1 / rescale_factor = 255.
@@ -223,7 +226,7 @@ ProcessedImage preprocess_image(const Image& img, const ImageProcessorConfig& cf
   // inside a patch (c, t, y, x), the t frames being the same image.
   const int64_t windows_w = w / p / m, windows_h = h / p / m;
   const int64_t frame = p * p; // values per channel and frame
-  float* dst = out.pixel_values.data();
+  float* dst = values.data() + begin;
   for (int64_t wy = 0; wy < windows_h; wy++)
     for (int64_t wx = 0; wx < windows_w; wx++)
       for (int64_t iy = 0; iy < m; iy++)

@@ -50,7 +50,11 @@ struct ProcessedImage {
 };
 
 // The whole processor on one decoded image. Throws ImageError(bad_size) as smart_resize does;
-// an invalid config is a vlm::Error.
-ProcessedImage preprocess_image(const Image& img, const ImageProcessorConfig& cfg);
+// an invalid config is a vlm::Error. With `append_to`, the pixel values are appended there
+// instead of to the result's own vector (the loader writes a row's images straight into the
+// row: one image is ~10–20 MB of floats, and a copy plus a fresh allocation cost more than
+// the preprocessing itself).
+ProcessedImage preprocess_image(const Image& img, const ImageProcessorConfig& cfg,
+                                std::vector<float>* append_to = nullptr);
 
 } // namespace vlm::io

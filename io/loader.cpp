@@ -296,6 +296,20 @@ struct DataLoader::Impl {
   int64_t next_worker = 0, rows = 0;
   std::string failure; // a worker error, re-thrown by every later next()
 
+  // Pixel buffers handed back by recycle(): a row of images holds ~100 MB of floats, and
+  // fresh pages for every row cost about as much as decoding the images.
+  std::mutex pool_mutex;
+  std::vector<std::vector<float>> pixel_pool;
+  size_t pool_limit() const { return size_t(cfg.num_workers * (cfg.prefetch + 1) + 2); }
+  std::vector<float> take_pixel_buffer() {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    if (pixel_pool.empty()) return {};
+    std::vector<float> b = std::move(pixel_pool.back());
+    pixel_pool.pop_back();
+    b.clear(); // keeps the capacity
+    return b;
+  }
+
   // Reader threads.
   bool started = false;
   std::vector<std::unique_ptr<RowQueue>> queues;
@@ -451,6 +465,7 @@ struct DataLoader::Impl {
       if (q.stopped()) return;
       if (packer.ready()) {
         PackedRow row = packer.pop();
+        if (row.num_patches > 0) row.pixel_values = take_pixel_buffer();
         pipeline->fill_row_pixels(row, [&](int64_t id) -> const std::vector<std::string>& {
           return images.at(id).first;
         });
@@ -642,6 +657,13 @@ SkipReport DataLoader::report() const {
 }
 
 int64_t DataLoader::rows() const { return impl_->rows; }
+
+void DataLoader::recycle(PackedRow&& row) {
+  if (row.pixel_values.capacity() == 0) return;
+  std::lock_guard<std::mutex> lock(impl_->pool_mutex);
+  if (impl_->pixel_pool.size() < impl_->pool_limit())
+    impl_->pixel_pool.push_back(std::move(row.pixel_values));
+}
 const LoaderConfig& DataLoader::config() const { return impl_->cfg; }
 std::vector<int64_t> DataLoader::worker_samples() const { return impl_->owned; }
 

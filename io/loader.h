@@ -110,6 +110,10 @@ public:
   // The next packed row; nullopt at the end of the data (only with epochs > 0).
   std::optional<PackedRow> next();
 
+  // Hands a row back when the caller is done with it: its pixel buffer is reused for a later
+  // row (optional; saves page faults on ~100 MB per row of images). Thread-safe.
+  void recycle(PackedRow&& row);
+
   LoaderState state() const;
   // Continues from `s` (from a loader with the same config); may be called at any time.
   void restore(const LoaderState& s);

@@ -1,8 +1,5 @@
 #include "io/packing_plan.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -14,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "io/atomic_file.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 
@@ -249,40 +247,14 @@ void PackingPlan::save(const std::string& path) const {
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; i++) len_bytes[i] = (uint64_t(json.size()) >> (8 * i)) & 0xff;
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VLM_CHECK(fd >= 0, file, ": cannot create '", tmp, "': ", std::strerror(errno));
-  int err = 0; // errno of the first failure
-  auto write_all = [&](const void* p, size_t n) {
-    auto c = static_cast<const char*>(p);
-    while (n > 0 && err == 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err = w < 0 ? errno : EIO;
-        break;
-      }
-      c += w;
-      n -= size_t(w);
-    }
-  };
-  write_all(kMagic, sizeof kMagic);
-  write_all(len_bytes, 8);
-  write_all(json.data(), json.size());
-  write_all(offsets_.data(), bytes_of(offsets_));
-  write_all(indices_.data(), bytes_of(indices_));
-  write_all(lengths_.data(), bytes_of(lengths_));
-  if (err == 0 && ::fsync(fd) != 0) err = errno; // before rename, or a crash can lose the data
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    VLM_FAIL(file, ": writing '", tmp, "' failed: ", std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rerr = errno;
-    ::unlink(tmp.c_str());
-    VLM_FAIL(file, ": cannot rename '", tmp, "' into place: ", std::strerror(rerr));
-  }
+  write_file_atomic(path,
+                    {{kMagic, sizeof kMagic},
+                     {len_bytes, 8},
+                     {json.data(), json.size()},
+                     {offsets_.data(), bytes_of(offsets_)},
+                     {indices_.data(), bytes_of(indices_)},
+                     {lengths_.data(), bytes_of(lengths_)}},
+                    file);
 }
 
 PackingPlan PackingPlan::load(const std::string& path) {

@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "io/atomic_file.h"
 #include "src/base/check.h"
 
 namespace vlm::io {
@@ -273,39 +274,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorInfo>& t
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; i++) len_bytes[i] = (uint64_t(json.size()) >> (8 * i)) & 0xff;
 
-  const std::string tmp = path + ".tmp";
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VLM_CHECK(f.fd >= 0, file, ": cannot create '", tmp, "': ", std::strerror(errno));
-  int err = 0; // errno of the first failure
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0 && err == 0) {
-      ssize_t w = ::write(f.fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err = w < 0 ? errno : EIO;
-        break;
-      }
-      c += w;
-      n -= size_t(w);
-    }
-  };
-  write_all(len_bytes, 8);
-  write_all(json.data(), json.size());
-  for (const auto& t : tensors) write_all(t.data, t.nbytes);
-  // fsync before rename: otherwise a crash can leave the new name pointing at missing data.
-  if (err == 0 && ::fsync(f.fd) != 0) err = errno;
-  if (::close(std::exchange(f.fd, -1)) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    VLM_FAIL(file, ": writing '", tmp, "' failed: ", std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rerr = errno;
-    ::unlink(tmp.c_str());
-    VLM_FAIL(file, ": cannot rename '", tmp, "' into place: ", std::strerror(rerr));
-  }
+  std::vector<ByteRange> pieces{{len_bytes, 8}, {json.data(), json.size()}};
+  for (const auto& t : tensors) pieces.push_back({t.data, t.nbytes});
+  write_file_atomic(path, pieces, file);
 }
 
 } // namespace vlm::io

@@ -162,8 +162,9 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
   return out;
 }
 
-ProcessedImage SamplePipeline::image_pixels(const std::string& bytes) const {
-  return preprocess_image(decode_image(bytes, ""), cfg_.image);
+ProcessedImage SamplePipeline::image_pixels(const std::string& bytes,
+                                            std::vector<float>* append_to) const {
+  return preprocess_image(decode_image(bytes, ""), cfg_.image, append_to);
 }
 
 void SamplePipeline::begin_fill(PackedRow& row) const {
@@ -181,7 +182,7 @@ void SamplePipeline::append_image(PackedRow& row, size_t image, int64_t sample_i
             row.image_grid_thw.size(), " image grids, sample id ", sample_id, " needs more");
   ProcessedImage p;
   try {
-    p = image_pixels(images[i]);
+    p = image_pixels(images[i], &row.pixel_values);
   } catch (const ImageError& e) { // it decoded in process(): the bytes must have changed
     VLM_FAIL("fill_row_pixels: image ", i, " of sample id ", sample_id,
              " no longer decodes: ", e.what());
@@ -191,7 +192,6 @@ void SamplePipeline::append_image(PackedRow& row, size_t image, int64_t sample_i
             p.grid_thw[0], ", ", p.grid_thw[1], ", ", p.grid_thw[2], ") but the row expects (",
             row.image_grid_thw[image][0], ", ", row.image_grid_thw[image][1], ", ",
             row.image_grid_thw[image][2], ")");
-  row.pixel_values.insert(row.pixel_values.end(), p.pixel_values.begin(), p.pixel_values.end());
 }
 
 void SamplePipeline::end_fill(const PackedRow& row, size_t images) const {

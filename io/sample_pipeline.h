@@ -89,8 +89,10 @@ public:
   std::optional<PipelineSample> process(int64_t sample_id, SkipReport* report,
                                         bool with_pixels = false) const;
 
-  // Preprocessed pixels of one encoded image (the same bytes process() accepted).
-  ProcessedImage image_pixels(const std::string& bytes) const;
+  // Preprocessed pixels of one encoded image (the same bytes process() accepted); appended to
+  // *append_to instead of the result's vector when given.
+  ProcessedImage image_pixels(const std::string& bytes,
+                              std::vector<float>* append_to = nullptr) const;
 
   // Fills a row packed from deferred samples: for each document d, the first doc_num_images[d]
   // images of images_of(row.sample_indices[d]), preprocessed and concatenated. Checks that the

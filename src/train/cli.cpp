@@ -22,7 +22,7 @@ commands:
                    --steps N (800)  --rows N (4)  --seq-len N (128)  --seed N (0)
                    --log-every N (50)  --ac (activation checkpointing)  --metrics FILE
                    --require-loss-drop R  exit 1 unless the final loss <= R x the first
-  data           dataset tools: make-demo OUT, inspect PATH (`vlmtrain data help`)
+  data           dataset tools: make-demo OUT, inspect PATH, pack PATH (`vlmtrain data help`)
   tokenize       --tokenizer PATH [--decode [--skip-special]]: JSON lines {"text"} <-> {"ids"}
                  on stdin/stdout
   device-query   print the CUDA devices this build sees (or why there are none)

@@ -1,6 +1,7 @@
 #include "src/train/cmd_data.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -11,6 +12,8 @@
 #include "io/energon_dataset.h"
 #include "io/image_decode.h"
 #include "io/image_preprocess.h"
+#include "io/loader.h"
+#include "io/packing_plan.h"
 #include "io/tokenizer.h"
 #include "src/base/check.h"
 
@@ -25,6 +28,11 @@ const char* kDataUsage = R"(usage:
   vlmtrain data inspect PATH [--split NAME] [--samples N (200)] [--tokenizer PATH]
       splits, shards and sample counts; part types, image sizes, sample kinds and (with a
       tokenizer) token counts over the first N samples of each split
+  vlmtrain data pack PATH --tokenizer PATH --seq-len N --out FILE [--split NAME (train)]
+                    [--overlong truncate|drop] [--window N (0: whole split)] [--seed S (0)]
+                    [--no-shuffle] [--threads N (2)] [--min-pixels N] [--max-pixels N] [--mrope]
+      offline packing: scans the length of every sample of the split (tokenized, images sized)
+      and writes a packing plan that the loader replays (`data.packing_plan`)
 )";
 
 int64_t int_arg(const std::vector<std::string>& args, size_t& i) {
@@ -168,6 +176,74 @@ int inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+int pack(const std::vector<std::string>& args) {
+  io::LoaderConfig cfg;
+  cfg.packing.seq_len = 0;
+  io::PlanOptions opt;
+  std::string out;
+  int64_t threads = 2;
+  auto str_arg = [&](size_t& i) -> std::string {
+    VLM_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
+    return args[++i];
+  };
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a == "--tokenizer")
+      cfg.tokenizer = str_arg(i);
+    else if (a == "--seq-len")
+      cfg.packing.seq_len = int_arg(args, i);
+    else if (a == "--out")
+      out = str_arg(i);
+    else if (a == "--split")
+      cfg.split = str_arg(i);
+    else if (a == "--overlong")
+      cfg.packing.overlong = io::parse_overlong_policy(str_arg(i));
+    else if (a == "--window")
+      opt.window = int_arg(args, i);
+    else if (a == "--seed")
+      opt.seed = uint64_t(int_arg(args, i));
+    else if (a == "--no-shuffle")
+      opt.shuffle_rows = false;
+    else if (a == "--threads")
+      threads = int_arg(args, i);
+    else if (a == "--min-pixels")
+      cfg.image.min_pixels = int_arg(args, i);
+    else if (a == "--max-pixels")
+      cfg.image.max_pixels = int_arg(args, i);
+    else if (a == "--mrope")
+      cfg.packing.mrope = true;
+    else if (cfg.dataset.empty() && a[0] != '-')
+      cfg.dataset = a;
+    else
+      VLM_FAIL("data pack: unexpected argument '", a, "'\n", kDataUsage);
+  }
+  VLM_CHECK(!cfg.dataset.empty(), "data pack: missing dataset PATH\n", kDataUsage);
+  VLM_CHECK(!cfg.tokenizer.empty(), "data pack: missing --tokenizer PATH\n", kDataUsage);
+  VLM_CHECK(cfg.packing.seq_len > 0, "data pack: missing --seq-len N\n", kDataUsage);
+  VLM_CHECK(!out.empty(), "data pack: missing --out FILE\n", kDataUsage);
+  VLM_CHECK(threads >= 1, "data pack: --threads must be >= 1");
+  cfg.validate();
+
+  auto start = std::chrono::steady_clock::now();
+  std::printf("scanning %s (split %s) with %lld threads...\n", cfg.dataset.c_str(),
+              cfg.split.c_str(), (long long)threads);
+  std::fflush(stdout);
+  io::SkipReport skips;
+  std::vector<int32_t> lengths = io::scan_sample_lengths(cfg, int(threads), &skips);
+  double scan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  io::PackingPlan plan = io::write_packing_plan(out, lengths, io::loader_plan_identity(cfg), opt);
+  std::printf("scanned %zu samples in %.1fs (%.0f samples/s)\n", lengths.size(), scan_s,
+              double(lengths.size()) / std::max(scan_s, 1e-9));
+  std::printf("wrote %s: %lld rows of %lld tokens, %lld samples packed, %lld skipped, "
+              "fill %.4f (%lld real, %lld pad tokens)\n",
+              out.c_str(), (long long)plan.num_rows(), (long long)cfg.packing.seq_len,
+              (long long)plan.num_packed(), (long long)plan.num_skipped(), plan.efficiency(),
+              (long long)plan.real_tokens(), (long long)plan.pad_tokens());
+  std::string summary = skips.summary();
+  if (!summary.empty()) std::printf("skipped samples:\n%s", summary.c_str());
+  return 0;
+}
+
 } // namespace
 
 int cmd_data(const std::vector<std::string>& args) {
@@ -175,6 +251,7 @@ int cmd_data(const std::vector<std::string>& args) {
   std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   if (sub == "make-demo") return make_demo(rest);
   if (sub == "inspect") return inspect(rest);
+  if (sub == "pack") return pack(rest);
   if (sub == "help" || sub == "--help" || sub == "-h") {
     std::printf("%s", kDataUsage);
     return 0;

@@ -13,6 +13,7 @@
 
 #include "io/brace_expand.h"
 #include "io/energon_dataset.h"
+#include "tests/error_of.h"
 #include "tests/io/energon_fixtures.h"
 
 namespace fs = std::filesystem;
@@ -26,18 +27,11 @@ using vlm::testing::FixtureDataset;
 using vlm::testing::LongNames;
 using vlm::testing::TempDir;
 
+using vlm::testing::error_of;
+
 namespace {
 
 const std::string kPrepared = std::string(VLM_SOURCE_DIR) + "/tests/data/energon_prepared";
-
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const vlm::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 template <typename F> SampleError sample_error_of(F&& f) {
   try {

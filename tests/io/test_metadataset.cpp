@@ -8,6 +8,7 @@
 
 #include "io/energon_dataset.h"
 #include "io/metadataset.h"
+#include "tests/error_of.h"
 #include "tests/io/energon_fixtures.h"
 
 namespace fs = std::filesystem;
@@ -19,18 +20,11 @@ using vlm::io::resolve_metadataset;
 using vlm::io::ResolvedSplit;
 using vlm::testing::TempDir;
 
+using vlm::testing::error_of;
+
 namespace {
 
 const std::string kMds = std::string(VLM_SOURCE_DIR) + "/tests/data/energon_prepared/mds";
-
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const vlm::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 const char* energon_mode_name(BlendMode m) {
   switch (m) {

@@ -22,6 +22,7 @@
 #include "io/packing_plan.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -36,6 +37,8 @@ using vlm::io::PlanIdentity;
 using vlm::io::PlanOptions;
 using vlm::io::SampleFate;
 using vlm::io::TokenizedSample;
+
+using vlm::testing::error_of;
 
 namespace {
 
@@ -183,15 +186,6 @@ std::string read_bytes(const std::string& path) {
 }
 void write_bytes(const std::string& path, const std::string& data) {
   std::ofstream(path, std::ios::binary) << data;
-}
-
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const vlm::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 } // namespace

@@ -8,6 +8,7 @@
 
 #include "io/safetensors.h"
 #include "src/base/check.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -17,20 +18,13 @@ using vlm::Shape;
 using vlm::io::SafetensorsFile;
 using vlm::io::TensorInfo;
 
+using vlm::testing::error_of;
+
 namespace {
 
 using TempDir = vlm::testing::TempDir;
 
 // The message of the vlm::Error that f throws, or "" when it does not throw one.
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const vlm::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A file with a hand-made header: the 8-byte length, the header text as given, then `data`.
 std::string write_raw(const TempDir& tmp, const std::string& name, const std::string& header,
                       const std::string& data, int64_t header_len = -1) {

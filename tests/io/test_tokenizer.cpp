@@ -15,6 +15,7 @@
 #include "io/unicode.h"
 #include "src/base/check.h"
 #include "src/train/cmd_tokenize.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -22,6 +23,8 @@ using Catch::Matchers::Contains;
 using nlohmann::json;
 using vlm::io::Tokenizer;
 namespace unicode = vlm::io::unicode;
+
+using vlm::testing::error_of;
 
 namespace {
 
@@ -61,15 +64,6 @@ std::vector<json> golden(const std::string& name, const std::string& kind) {
 std::string show(const std::string& s) {
   std::string t = json(s).dump();
   return t.size() > 200 ? t.substr(0, 200) + "...\"" : t;
-}
-
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const vlm::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 using TempDir = vlm::testing::TempDir;
