@@ -66,6 +66,9 @@ ChatSample parse_chat_sample(const RawSample& sample);
 
 struct ChatFormatOptions {
   bool text_eos = true; // append <|endoftext|> to text samples
+  // Text-only models: leave images out of the messages (no placeholders; the loader neither
+  // decodes nor sends them). A caption sample becomes an empty user turn and the caption.
+  bool drop_images = false;
 };
 
 struct TokenizedChat {

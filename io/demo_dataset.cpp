@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/bpe_trainer.h"
+#include "io/chat_format.h"
 #include "io/energon_writer.h"
 #include "io/image_encode.h"
 #include "src/base/rng.h"
@@ -112,6 +114,13 @@ WriterSample make_sample(int64_t index, Rng& rng) {
 
 } // namespace
 
+const std::vector<std::string>& demo_special_tokens() {
+  static const std::vector<std::string> tokens = {
+      "<|endoftext|>",  "<|im_start|>",  "<|im_end|>",   "<|vision_start|>",
+      "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"};
+  return tokens;
+}
+
 void make_demo_dataset(const std::string& root, const DemoDatasetOptions& o) {
   Rng rng(o.seed, 0x64656d6f); // "demo"
   std::map<std::string, std::vector<WriterSample>> splits;
@@ -119,8 +128,25 @@ void make_demo_dataset(const std::string& root, const DemoDatasetOptions& o) {
   for (int64_t i = 0; i < o.train_samples; i++)
     splits["train"].push_back(make_sample(index++, rng));
   for (int64_t i = 0; i < o.val_samples; i++) splits["val"].push_back(make_sample(index++, rng));
+
+  // The tokenizer is trained on every sample's text as the tokenizer will see it: the rendered
+  // chat (role words, turns, captions; special tokens are split off) or the plain text, plus the
+  // role words of the chat template.
+  std::vector<std::string> texts = {"system", "user", "assistant"};
+  for (const auto& [split, samples] : splits)
+    for (const WriterSample& s : samples) {
+      RawSample raw;
+      raw.key = s.key;
+      raw.shard = split;
+      for (const auto& [name, bytes] : s.parts) // an image part counts by its presence
+        raw.parts[name] = name == "png" ? std::string() : bytes;
+      texts.push_back(render_chat(parse_chat_sample(raw)));
+    }
+
   EnergonWriteOptions w;
   w.samples_per_shard = o.samples_per_shard;
+  w.extra_files["tokenizer.json"] =
+      train_byte_level_bpe(texts, kDemoVocabSize, demo_special_tokens());
   write_energon_dataset(root, splits, w);
 }
 

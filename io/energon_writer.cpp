@@ -1,5 +1,6 @@
 #include "io/energon_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -70,7 +71,14 @@ void write_energon_dataset(const std::string& root,
                            const EnergonWriteOptions& options) {
   VLM_CHECK(options.samples_per_shard > 0, "energon writer: samples_per_shard must be > 0");
   VLM_CHECK(!fs::exists(root), "energon writer: '", root, "' already exists");
-  fs::path final_root(root);
+  for (const auto& [name, bytes] : options.extra_files) {
+    const fs::path rel(name);
+    VLM_CHECK(!name.empty() && rel.is_relative() && rel.has_filename() &&
+                  std::none_of(rel.begin(), rel.end(), [](const fs::path& c) { return c == ".."; }),
+              "energon writer: extra file '", name, "' is not a file path inside the dataset");
+  }
+  fs::path final_root = fs::path(root).lexically_normal();
+  if (!final_root.has_filename()) final_root = final_root.parent_path(); // "out/" -> "out"
   fs::path tmp = final_root;
   tmp += ".tmp";
   fs::remove_all(tmp);
@@ -118,6 +126,11 @@ void write_energon_dataset(const std::string& root,
   write_file(tmp / ".nv-meta" / "dataset.yaml", dataset_yaml);
   write_file(tmp / ".nv-meta" / "split.yaml", split_yaml);
   write_file(tmp / ".nv-meta" / ".info.json", info.dump(2) + "\n");
+  for (const auto& [name, bytes] : options.extra_files) {
+    const fs::path rel(name);
+    if (rel.has_parent_path()) fs::create_directories(tmp / rel.parent_path());
+    write_file(tmp / rel, bytes);
+  }
   if (final_root.has_parent_path()) fs::create_directories(final_root.parent_path());
   fs::rename(tmp, final_root);
 }

@@ -20,6 +20,9 @@ struct WriterSample {
 struct EnergonWriteOptions {
   int64_t samples_per_shard = 100;
   std::map<std::string, std::string> subflavors; // written to dataset.yaml
+  // More files for the dataset folder (path relative to it -> bytes), e.g. the tokenizer.json
+  // of `data make-demo`; written before the folder is renamed into place.
+  std::map<std::string, std::string> extra_files;
 };
 
 // Writes `splits` (split name -> samples, each split into its own shards

@@ -697,7 +697,8 @@ PlanIdentity loader_plan_identity(const LoaderConfig& cfg) {
                     " merge=" + std::to_string(im.merge_size) +
                     " temporal=" + std::to_string(im.temporal_patch_size) + " min_pixels=" +
                     std::to_string(im.min_pixels) + " max_pixels=" + std::to_string(im.max_pixels)},
-      {"chat", std::string("text_eos=") + (cfg.chat.text_eos ? "1" : "0")},
+      {"chat", std::string("text_eos=") + (cfg.chat.text_eos ? "1" : "0") +
+                   " drop_images=" + (cfg.chat.drop_images ? "1" : "0")},
       {"tokens", "image=" + std::to_string(p.image_token_id) +
                      " vision_start=" + std::to_string(p.vision_start_id) +
                      " vision_end=" + std::to_string(p.vision_end_id) +

@@ -117,6 +117,11 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
   } catch (const ChatFormatError& e) {
     return skip("chat:" + e.reason(), raw.shard, raw.key, e.what());
   }
+  if (cfg_.chat.drop_images) {
+    for (Message& m : chat.messages)
+      std::erase_if(m.content, [](const ContentItem& c) { return c.is_image; });
+    chat.image_parts.clear();
+  }
 
   PipelineSample out;
   TokenizedSample& t = out.tokens;

@@ -24,7 +24,7 @@ namespace {
 const char* kDataUsage = R"(usage:
   vlmtrain data make-demo OUT [--train N (2000)] [--val N (200)] [--seed S (0)]
       writes a small synthetic Energon dataset: PNG images of coloured shapes with captions,
-      conversations about them, and some text-only samples
+      conversations about them, text-only samples, and the tokenizer.json it is tokenized with
   vlmtrain data inspect PATH [--split NAME] [--samples N (200)] [--tokenizer PATH]
       splits, shards and sample counts; part types, image sizes, sample kinds and (with a
       tokenizer) token counts over the first N samples of each split

@@ -274,6 +274,28 @@ TEST_CASE("loader: recycled pixel buffers do not change the rows") {
   CHECK(with_images > 8);
 }
 
+TEST_CASE("loader: drop_images (text models) leaves images out entirely") {
+  TempDir tmp("loader");
+  vlm::testing::write_fixture(tmp.path("ds"), dataset({12, 12}, true));
+  LoaderConfig c = config(tmp.path("ds"));
+  c.epochs = 1;
+  c.chat.drop_images = true;
+  DataLoader l(c, qwen());
+  auto rows = drain(l);
+  const int32_t pad = qwen().token_to_id("<|image_pad|>"),
+                start = qwen().token_to_id("<|vision_start|>");
+  int64_t docs = 0;
+  for (const PackedRow& r : rows) {
+    CHECK(r.num_patches == 0);
+    CHECK(r.pixel_values.empty());
+    CHECK(r.image_grid_thw.empty());
+    CHECK(std::count(r.input_ids.begin(), r.input_ids.end(), pad) == 0);
+    CHECK(std::count(r.input_ids.begin(), r.input_ids.end(), start) == 0);
+    docs += r.num_docs;
+  }
+  CHECK(docs == 24); // every sample still trains (its answer or caption)
+}
+
 TEST_CASE("loader: resume yields exactly the rows of an uninterrupted run") {
   TempDir tmp("loader");
   vlm::testing::write_fixture(tmp.path("ds"), dataset({9, 6, 11, 8}, true));

@@ -1,0 +1,275 @@
+#include "model/hf_weights.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "src/base/logging.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/shape_ops.h"
+
+namespace vlm::model {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Where each tensor of a snapshot lives.
+struct SnapshotTensors {
+  std::vector<std::unique_ptr<io::SafetensorsFile>> files;
+  std::map<std::string, const io::TensorInfo*> tensors;
+  std::map<std::string, std::string> file_of; // tensor name -> file name (for messages)
+  std::vector<std::string> problems;          // index entries that do not resolve
+};
+
+SnapshotTensors open_snapshot(const fs::path& dir) {
+  SnapshotTensors s;
+  const fs::path index = dir / "model.safetensors.index.json", single = dir / "model.safetensors";
+  if (fs::exists(index)) {
+    nlohmann::json j;
+    std::ifstream in(index);
+    VLM_CHECK(in.good(), index.string(), ": cannot open");
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      VLM_FAIL(index.string(), ": invalid JSON: ", e.what());
+    }
+    VLM_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+              index.string(), ": missing the object 'weight_map' (tensor name -> file)");
+    std::map<std::string, io::SafetensorsFile*> by_file;
+    for (const auto& [name, file_json] : j["weight_map"].items()) {
+      VLM_CHECK(file_json.is_string(), index.string(), ": weight_map['", name,
+                "'] must be a file name, got ", file_json.dump());
+      const std::string file = file_json.get<std::string>();
+      auto it = by_file.find(file);
+      if (it == by_file.end()) {
+        const fs::path path = dir / file;
+        VLM_CHECK(fs::exists(path), index.string(), ": weight_map names '", file, "' (for tensor '",
+                  name, "' and maybe others), but ", path.string(), " does not exist");
+        s.files.push_back(std::make_unique<io::SafetensorsFile>(path.string()));
+        it = by_file.emplace(file, s.files.back().get()).first;
+      }
+      if (!it->second->contains(name)) {
+        s.problems.push_back("  listed in the index but absent from its file: " + name + " (" +
+                             file + ")");
+        continue;
+      }
+      s.tensors[name] = &it->second->get(name);
+      s.file_of[name] = file;
+    }
+  } else if (fs::exists(single)) {
+    s.files.push_back(std::make_unique<io::SafetensorsFile>(single.string()));
+    for (const auto& name : s.files.back()->names()) {
+      s.tensors[name] = &s.files.back()->get(name);
+      s.file_of[name] = "model.safetensors";
+    }
+  } else {
+    VLM_FAIL(dir.string(), ": no model.safetensors or model.safetensors.index.json (expected an "
+                           "HF snapshot directory)");
+  }
+  return s;
+}
+
+// An owned, aligned copy of a (possibly unaligned) mapped tensor.
+Tensor to_tensor(const io::TensorInfo& info) {
+  Tensor t = Tensor::empty(info.shape, info.dtype);
+  if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
+  return t;
+}
+
+bool is_loadable_float(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
+}
+
+} // namespace
+
+void load_hf_weights(nn::Module& model, const std::string& dir_name) {
+  const fs::path dir = dir_name;
+  VLM_CHECK(fs::is_directory(dir), dir_name, ": not a directory (expected an HF snapshot)");
+  SnapshotTensors snap = open_snapshot(dir);
+
+  model.materialize();
+  const auto params = model.named_parameters();
+  std::set<std::string> names;
+  std::vector<std::string> missing, wrong, unexpected;
+  for (const auto& p : params) {
+    names.insert(p.name);
+    auto it = snap.tensors.find(p.name);
+    if (it == snap.tensors.end()) {
+      missing.push_back("  missing: " + p.name + " " + shape_str(p.tensor.shape()));
+      continue;
+    }
+    const io::TensorInfo& info = *it->second;
+    if (info.shape != p.tensor.shape())
+      wrong.push_back("  wrong shape: " + p.name + " in " + snap.file_of[p.name] + ": expected " +
+                      shape_str(p.tensor.shape()) + ", stored " + shape_str(info.shape));
+    else if (!is_loadable_float(info.dtype))
+      wrong.push_back("  wrong dtype: " + p.name + " in " + snap.file_of[p.name] + ": stored " +
+                      dtype_name(info.dtype) + ", expected a float type (F32, BF16, F16, F64)");
+  }
+  const bool tied_head = !names.count("lm_head.weight") && names.count("model.embed_tokens.weight");
+  for (const auto& [name, info] : snap.tensors) {
+    if (names.count(name)) continue;
+    if (name == "lm_head.weight" && tied_head) {
+      const auto e = snap.tensors.find("model.embed_tokens.weight");
+      const bool same = e != snap.tensors.end() && e->second->dtype == info->dtype &&
+                        e->second->shape == info->shape &&
+                        std::memcmp(e->second->data, info->data, info->nbytes) == 0;
+      log_info(dir_name, ": ignoring lm_head.weight (", snap.file_of[name],
+               "): the model ties its head to model.embed_tokens.weight; the stored head ",
+               same ? "is identical to it"
+                    : "DIFFERS from it and is dropped, as transformers does");
+      continue;
+    }
+    if (ends_with(name, "rotary_emb.inv_freq")) {
+      log_debug(dir_name, ": ignoring the buffer ", name, " (recomputed from rope_theta)");
+      continue;
+    }
+    unexpected.push_back("  unexpected: " + name + " in " + snap.file_of[name] + " " +
+                         shape_str(info->shape));
+  }
+  const size_t problems = missing.size() + wrong.size() + unexpected.size() + snap.problems.size();
+  if (problems) {
+    std::ostringstream os;
+    os << dir_name << ": the snapshot does not match the " << model.type_name() << " ("
+       << missing.size() << " missing, " << unexpected.size() << " unexpected, " << wrong.size()
+       << " wrong shape/dtype, " << snap.problems.size() << " unresolved index entries):";
+    for (const auto* list : {&missing, &unexpected, &wrong, &snap.problems})
+      for (const auto& line : *list) os << "\n" << line;
+    VLM_FAIL(os.str());
+  }
+
+  NoGradGuard no_grad;
+  for (const auto& p : params) {
+    Tensor dst = p.tensor;
+    copy_(dst, to_tensor(*snap.tensors.at(p.name)));
+  }
+  log_info("loaded ", params.size(), " tensors from ", dir_name, " (", snap.files.size(),
+           snap.files.size() == 1 ? " file" : " files", ")");
+}
+
+const char* hf_dtype_name(DType dtype) {
+  switch (dtype) {
+  case DType::f32: return "float32";
+  case DType::bf16: return "bfloat16";
+  case DType::f16: return "float16";
+  default: VLM_FAIL("HF snapshots are written in f32, bf16 or f16, not ", dtype_name(dtype));
+  }
+}
+
+void save_hf_snapshot(const nn::Module& model, const Qwen3Config& config,
+                      const std::string& out_dir, DType dtype, const std::string& tokenizer_dir,
+                      int64_t max_shard_bytes) {
+  const char* dtype_str = hf_dtype_name(dtype);
+  VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path(); // "dir/" -> "dir"
+  VLM_CHECK(!out.empty(), "save_hf_snapshot: empty output directory");
+  VLM_CHECK(tokenizer_dir.empty() || fs::is_directory(tokenizer_dir),
+            "save_hf_snapshot: tokenizer directory '", tokenizer_dir, "' does not exist");
+  const fs::path tmp = out.string() + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  VLM_CHECK(!ec, "save_hf_snapshot: cannot create ", tmp.string(), ": ", ec.message());
+
+  Qwen3Config c = config;
+  c.torch_dtype = dtype_str;
+  {
+    std::ofstream f(tmp / "config.json");
+    f << c.to_json().dump(2) << "\n";
+    VLM_CHECK(f.good(), "save_hf_snapshot: cannot write ", (tmp / "config.json").string());
+  }
+
+  // Shards in parameter order, each up to max_shard_bytes (a larger tensor gets its own).
+  const auto params = model.named_parameters();
+  std::vector<std::vector<size_t>> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (size_t i = 0; i < params.size(); i++) {
+    const int64_t n = params[i].tensor.numel() * int64_t(dtype_size(dtype));
+    if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += n;
+    total_bytes += n;
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); s++) {
+    std::string file = "model.safetensors";
+    if (shards.size() > 1) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+      file = buf;
+    }
+    std::vector<Tensor> keep; // converted copies, alive until written
+    std::vector<io::TensorInfo> infos;
+    {
+      NoGradGuard no_grad;
+      for (size_t i : shards[s]) {
+        Tensor t = params[i].tensor.detach().to(Device::cpu()).to(dtype).contiguous();
+        keep.push_back(t);
+        infos.push_back({params[i].name, dtype, t.shape(), t.data_ptr(), t.nbytes()});
+        weight_map[params[i].name] = file;
+      }
+    }
+    io::write_safetensors((tmp / file).string(), infos, meta);
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
+                            {"weight_map", weight_map}};
+    std::ofstream f(tmp / "model.safetensors.index.json");
+    f << index.dump(2) << "\n";
+    VLM_CHECK(f.good(), "save_hf_snapshot: cannot write the index in ", tmp.string());
+  }
+  std::vector<std::string> copied;
+  if (!tokenizer_dir.empty()) {
+    for (const char* name :
+         {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+          "generation_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+      const fs::path src = fs::path(tokenizer_dir) / name;
+      if (!fs::exists(src)) continue;
+      fs::copy_file(src, tmp / name, fs::copy_options::overwrite_existing, ec);
+      VLM_CHECK(!ec, "save_hf_snapshot: cannot copy ", src.string(), ": ", ec.message());
+      copied.push_back(name);
+    }
+  }
+
+  // Swap in: the previous snapshot (if any) is removed only once the new one is complete.
+  if (fs::exists(out)) {
+    const fs::path old = out.string() + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(out, old, ec);
+    VLM_CHECK(!ec, "save_hf_snapshot: cannot move the existing ", out.string(),
+              " aside: ", ec.message());
+    fs::rename(tmp, out, ec);
+    VLM_CHECK(!ec, "save_hf_snapshot: cannot rename ", tmp.string(), " to ", out.string(), ": ",
+              ec.message(), " (the previous snapshot is in ", old.string(), ")");
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, out, ec);
+    VLM_CHECK(!ec, "save_hf_snapshot: cannot rename ", tmp.string(), " to ", out.string(), ": ",
+              ec.message());
+  }
+  std::string tok =
+      copied.empty() ? "no tokenizer files" : std::to_string(copied.size()) + " tokenizer files";
+  log_info("wrote HF snapshot ", out.string(), ": ", params.size(), " tensors in ", dtype_str, ", ",
+           shards.size(), shards.size() == 1 ? " file, " : " files, ", tok);
+}
+
+} // namespace vlm::model

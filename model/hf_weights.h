@@ -1,0 +1,46 @@
+// HF safetensors weights in and out (DESIGN.md §7): a model's parameters, named as in
+// transformers, from and to a local HF snapshot directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/qwen3_config.h"
+#include "src/base/dtype.h"
+#include "src/nn/module.h"
+
+namespace vlm::model {
+
+// Fills every parameter of `model` (allocating them first if needed) from the snapshot in `dir`:
+// `model.safetensors.index.json` (sharded: its weight_map names the file of each tensor) if
+// present, else `model.safetensors`. Files are memory-mapped (io::SafetensorsFile) and each tensor
+// is converted from its stored dtype (F32, BF16, F16, F64) to the parameter's dtype.
+//
+// Any mismatch is ONE vlm::Error that lists every problem: each parameter missing from the
+// snapshot (with its expected shape), each tensor in the snapshot the model does not have (with
+// its file and shape), each tensor of the wrong shape (file, expected vs stored shape) or of a
+// non-float dtype. Tolerated with a log line, as transformers does: `lm_head.weight` in a model
+// whose head is tied to `model.embed_tokens.weight` (HF tied checkpoints omit it; when present it
+// is ignored — the line says whether it equals the embeddings) and legacy
+// `*.rotary_emb.inv_freq` buffers. Nothing is modified unless the whole check passes.
+void load_hf_weights(nn::Module& model, const std::string& dir);
+
+// Shard size above which save_hf_snapshot writes several files and an index (bytes).
+constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;
+
+// Writes `model` as an HF snapshot that transformers loads: config.json (`config` with
+// torch_dtype set to `dtype`), the parameters under their HF names converted to `dtype` (f32, bf16
+// or f16) in model.safetensors — or, when they exceed max_shard_bytes, in
+// model-0000i-of-0000n.safetensors plus model.safetensors.index.json — and the tokenizer files
+// found in `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt,
+// generation_config.json, special_tokens_map.json, chat_template.jinja; "" = none). A tied head is
+// not written (as HF does). Atomic: everything goes to `out_dir`.tmp, which then replaces
+// `out_dir` (an existing snapshot there is removed only after the new one is complete).
+void save_hf_snapshot(const nn::Module& model, const Qwen3Config& config,
+                      const std::string& out_dir, DType dtype, const std::string& tokenizer_dir,
+                      int64_t max_shard_bytes = kDefaultMaxShardBytes);
+
+// "float32" | "bfloat16" | "float16" (config.json's torch_dtype) for f32 / bf16 / f16.
+const char* hf_dtype_name(DType dtype);
+
+} // namespace vlm::model

@@ -1,0 +1,236 @@
+#include "model/qwen3_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "src/base/check.h"
+
+namespace vlm::model {
+
+namespace {
+
+using nlohmann::json;
+
+// A present, non-null key.
+bool has(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+int64_t get_int(const json& j, const char* key, const std::string& where) {
+  VLM_CHECK(has(j, key), where, ": missing required key '", key, "'");
+  const json& v = j[key];
+  VLM_CHECK(v.is_number_integer() ||
+                (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
+            where, ": key '", key, "' must be an integer, got ", v.dump());
+  return v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
+}
+
+int64_t get_int(const json& j, const char* key, const std::string& where, int64_t fallback) {
+  return has(j, key) ? get_int(j, key, where) : fallback;
+}
+
+double get_double(const json& j, const char* key, const std::string& where, double fallback) {
+  if (!has(j, key)) return fallback;
+  VLM_CHECK(j[key].is_number(), where, ": key '", key, "' must be a number, got ", j[key].dump());
+  return j[key].get<double>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& where, bool fallback) {
+  if (!has(j, key)) return fallback;
+  VLM_CHECK(j[key].is_boolean(), where, ": key '", key, "' must be true or false, got ",
+            j[key].dump());
+  return j[key].get<bool>();
+}
+
+std::string get_string(const json& j, const char* key, const std::string& where,
+                       const std::string& fallback) {
+  if (!has(j, key)) return fallback;
+  VLM_CHECK(j[key].is_string(), where, ": key '", key, "' must be a string, got ", j[key].dump());
+  return j[key].get<std::string>();
+}
+
+// The RoPE type of a rope_parameters / rope_scaling object ("rope_type", legacy "type").
+std::string rope_type_of(const json& r, const char* key, const std::string& where) {
+  VLM_CHECK(r.is_object(), where, ": key '", key, "' must be an object or null, got ", r.dump());
+  std::string type = "default";
+  if (has(r, "rope_type"))
+    type = get_string(r, "rope_type", where + " (" + key + ")", "default");
+  else if (has(r, "type"))
+    type = get_string(r, "type", where + " (" + key + ")", "default");
+  return type;
+}
+
+} // namespace
+
+void Qwen3Config::validate() const {
+  auto positive = [](const char* name, int64_t v) {
+    VLM_CHECK(v > 0, "Qwen3Config: ", name, " must be > 0, got ", v);
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("head_dim", head_dim);
+  positive("max_position_embeddings", max_position_embeddings);
+  VLM_CHECK(num_attention_heads % num_key_value_heads == 0, "Qwen3Config: num_attention_heads (",
+            num_attention_heads, ") must be a multiple of num_key_value_heads (",
+            num_key_value_heads, ")");
+  VLM_CHECK(head_dim % 2 == 0, "Qwen3Config: head_dim must be even for RoPE, got ", head_dim);
+  VLM_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
+            "Qwen3Config: rms_norm_eps must be > 0, got ", rms_norm_eps);
+  VLM_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
+            "Qwen3Config: rope_theta must be > 0, got ", rope_theta);
+  VLM_CHECK(initializer_range >= 0 && std::isfinite(initializer_range),
+            "Qwen3Config: initializer_range must be >= 0, got ", initializer_range);
+  VLM_CHECK(token_ids.is_object(), "Qwen3Config: token_ids must be a JSON object");
+}
+
+Qwen3Config Qwen3Config::from_json(const json& j, const std::string& where) {
+  VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
+  const std::string model_type = get_string(j, "model_type", where, "qwen3");
+  VLM_CHECK(model_type == "qwen3", where, ": key 'model_type' is '", model_type,
+            "'; this loader reads Qwen3 text models (model_type \"qwen3\") only");
+  Qwen3Config c;
+  c.vocab_size = get_int(j, "vocab_size", where);
+  c.hidden_size = get_int(j, "hidden_size", where);
+  c.intermediate_size = get_int(j, "intermediate_size", where);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", where);
+  c.num_attention_heads = get_int(j, "num_attention_heads", where);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", where, c.num_attention_heads);
+  c.head_dim = get_int(j, "head_dim", where, 128); // transformers' Qwen3Config default
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", where, 1e-6);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", where, false);
+  c.attention_bias = get_bool(j, "attention_bias", where, false);
+  c.initializer_range = get_double(j, "initializer_range", where, 0.02);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", where, 32768);
+  // transformers 5 writes "dtype", 4.x "torch_dtype".
+  c.torch_dtype = get_string(j, "dtype", where, get_string(j, "torch_dtype", where, "bfloat16"));
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (has(j, key)) c.token_ids[key] = j[key];
+
+  // RoPE: rope_parameters (transformers 5) wins over the legacy rope_theta / rope_scaling.
+  if (has(j, "rope_parameters")) {
+    const json& r = j["rope_parameters"];
+    std::string type = rope_type_of(r, "rope_parameters", where);
+    VLM_CHECK(type == "default", where, ": key 'rope_parameters.rope_type' is '", type,
+              "'; only \"default\" RoPE is implemented for Qwen3");
+    c.rope_theta = get_double(r, "rope_theta", where + " (rope_parameters)",
+                              get_double(j, "rope_theta", where, 10000.0));
+    VLM_CHECK(!has(r, "partial_rotary_factor") || r["partial_rotary_factor"] == 1.0, where,
+              ": key 'rope_parameters.partial_rotary_factor' must be 1 for Qwen3, got ",
+              r["partial_rotary_factor"].dump());
+  } else {
+    c.rope_theta = get_double(j, "rope_theta", where, 10000.0);
+    if (has(j, "rope_scaling")) {
+      std::string type = rope_type_of(j["rope_scaling"], "rope_scaling", where);
+      VLM_CHECK(type == "default", where, ": key 'rope_scaling' has type '", type,
+                "'; only \"default\" RoPE (rope_scaling null) is implemented for Qwen3");
+    }
+  }
+
+  const std::string act = get_string(j, "hidden_act", where, "silu");
+  VLM_CHECK(act == "silu", where, ": key 'hidden_act' is '", act,
+            "'; Qwen3's MLP is SwiGLU (\"silu\"), nothing else is implemented");
+  VLM_CHECK(!get_bool(j, "use_sliding_window", where, false), where,
+            ": key 'use_sliding_window' is true; sliding-window attention is not implemented");
+  if (has(j, "layer_types")) {
+    VLM_CHECK(j["layer_types"].is_array(), where, ": key 'layer_types' must be a list, got ",
+              j["layer_types"].dump());
+    for (size_t i = 0; i < j["layer_types"].size(); i++)
+      VLM_CHECK(j["layer_types"][i] == "full_attention", where, ": key 'layer_types' entry ", i,
+                " is ", j["layer_types"][i].dump(), "; only \"full_attention\" is implemented");
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    VLM_FAIL(where, ": ", e.what());
+  }
+  return c;
+}
+
+Qwen3Config Qwen3Config::load(const std::string& snapshot_dir) {
+  namespace fs = std::filesystem;
+  fs::path path = snapshot_dir;
+  if (fs::is_directory(path)) path /= "config.json";
+  std::ifstream in(path);
+  VLM_CHECK(in.good(), path.string(),
+            ": cannot open (expected an HF snapshot directory with "
+            "config.json)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    VLM_FAIL(path.string(), ": invalid JSON: ", e.what());
+  }
+  return from_json(j, path.string());
+}
+
+json Qwen3Config::to_json() const {
+  json j;
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["model_type"] = "qwen3";
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = rms_norm_eps;
+  // Both spellings: transformers 5 reads rope_parameters, 4.x rope_theta / rope_scaling.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", rope_theta}};
+  j["rope_theta"] = rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["attention_bias"] = attention_bias;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = initializer_range;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["use_cache"] = true;
+  j["torch_dtype"] = torch_dtype;
+  j["dtype"] = torch_dtype;
+  for (const auto& [k, v] : token_ids.items()) j[k] = v;
+  return j;
+}
+
+int64_t Qwen3Config::num_parameters() const {
+  const int64_t H = hidden_size, D = head_dim, q = num_attention_heads * D,
+                kv = num_key_value_heads * D;
+  int64_t attn = H * q + 2 * H * kv + q * H + 2 * D;
+  if (attention_bias) attn += q + 2 * kv + H;
+  const int64_t layer = attn + 3 * H * intermediate_size + 2 * H;
+  return vocab_size * H * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + H;
+}
+
+std::string Qwen3Config::summary() const {
+  std::ostringstream os;
+  os << "Qwen3(H=" << hidden_size << ", L=" << num_hidden_layers << ", Hq=" << num_attention_heads
+     << ", Hkv=" << num_key_value_heads << ", D=" << head_dim << ", I=" << intermediate_size
+     << ", vocab=" << vocab_size << (tie_word_embeddings ? ", tied" : ", untied")
+     << (attention_bias ? ", attention bias" : "") << ")";
+  return os.str();
+}
+
+Qwen3Config tiny_qwen3_config(bool tie_word_embeddings) {
+  Qwen3Config c;
+  c.vocab_size = 512;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.tie_word_embeddings = tie_word_embeddings;
+  c.max_position_embeddings = 4096;
+  c.torch_dtype = "float32";
+  return c;
+}
+
+} // namespace vlm::model

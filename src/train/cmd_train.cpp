@@ -1,0 +1,111 @@
+#include "src/train/cmd_train.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "io/demo_dataset.h"
+#include "model/hf_weights.h"
+#include "model/qwen3.h"
+#include "src/base/check.h"
+#include "src/base/logging.h"
+#include "src/train/config.h"
+#include "src/train/trainer.h"
+
+namespace vlm::train {
+
+namespace {
+
+const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set section.key=value ...]
+                     [--require-loss-drop R]
+  Trains by a TOML config (configs/*.toml; every key: configs/README.md). Without --config it
+  trains the built-in demo (configs/demo.toml): a tiny Qwen3 on the synthetic dataset of
+  `vlmtrain data make-demo demo_data`, which is created on the first run.
+  --set section.key=value   override one key (repeatable), e.g. --set training.total_steps=50
+  --require-loss-drop R     exit 1 unless the last logged loss <= R x the first (for tests)
+)";
+
+const char* kExportUsage = R"(usage: vlmtrain export --checkpoint DIR --out DIR [--dtype bf16|f32]
+  Writes an HF snapshot (config.json, model.safetensors, tokenizer files) that transformers
+  loads, from a checkpoint-step-N folder of `vlmtrain train` (or any Qwen3 HF snapshot).
+)";
+
+std::string value_of(const std::vector<std::string>& args, size_t& i) {
+  VLM_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
+  return args[++i];
+}
+
+} // namespace
+
+int cmd_train(const std::vector<std::string>& args) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  double require_drop = 0;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a == "--config")
+      config_path = value_of(args, i);
+    else if (a == "--set")
+      overrides.push_back(value_of(args, i));
+    else if (a == "--require-loss-drop") {
+      const std::string v = value_of(args, i);
+      char* end = nullptr;
+      require_drop = std::strtod(v.c_str(), &end);
+      VLM_CHECK(end && *end == '\0' && require_drop > 0,
+                "--require-loss-drop expects a positive number, got '", v, "'");
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", kTrainUsage);
+      return 0;
+    } else {
+      VLM_FAIL("unknown option '", a, "' for `vlmtrain train`\n", kTrainUsage);
+    }
+  }
+  const bool demo = config_path.empty();
+  TrainConfig config =
+      demo ? parse_train_config(builtin_demo_config_toml(), "built-in demo config", overrides)
+           : load_train_config(config_path, overrides);
+  if (demo && !std::filesystem::exists(config.data.data_path)) {
+    log_info("demo: creating the demo dataset in ", config.data.data_path,
+             " (vlmtrain data make-demo)");
+    io::make_demo_dataset(config.data.data_path);
+  }
+  TrainSummary s = run_training(config);
+  if (require_drop > 0 && !(s.last_loss <= require_drop * s.first_loss)) {
+    std::fprintf(stderr, "error: the loss did not fall enough: %.4f -> %.4f (required <= %.2f x)\n",
+                 s.first_loss, s.last_loss, require_drop);
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_export(const std::vector<std::string>& args) {
+  std::string checkpoint, out;
+  DType dtype = DType::bf16;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a == "--checkpoint")
+      checkpoint = value_of(args, i);
+    else if (a == "--out")
+      out = value_of(args, i);
+    else if (a == "--dtype") {
+      const std::string v = value_of(args, i);
+      VLM_CHECK(v == "bf16" || v == "f32", "--dtype: expected bf16 or f32, got '", v, "'");
+      dtype = v == "bf16" ? DType::bf16 : DType::f32;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", kExportUsage);
+      return 0;
+    } else {
+      VLM_FAIL("unknown option '", a, "' for `vlmtrain export`\n", kExportUsage);
+    }
+  }
+  VLM_CHECK(!checkpoint.empty() && !out.empty(), "export: --checkpoint and --out are required\n",
+            kExportUsage);
+  const model::Qwen3Config mc = model::Qwen3Config::load(checkpoint);
+  model::Qwen3ForCausalLM m(mc, DType::f32);
+  model::load_hf_weights(m, checkpoint);
+  model::save_hf_snapshot(m, mc, out, dtype, checkpoint);
+  std::printf("exported %s (%s) to %s\n", mc.summary().c_str(), dtype_name(dtype), out.c_str());
+  return 0;
+}
+
+} // namespace vlm::train

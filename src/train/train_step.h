@@ -1,0 +1,79 @@
+// One optimizer step of the Qwen3 trainer, independent of where the batches come from (the
+// loader in `vlmtrain train`, a fixed file in the loop-parity test):
+//
+//   N = Σ over the step's micro-batches of their valid targets
+//   for each micro-batch b:  backward(loss_sum(b) / N)          (gradients accumulate)
+//   grad_norm = global norm; clipped to max_grad_norm when > 0
+//   AdamW at lr = schedule(step) × the group's peak LR; gradients dropped
+//
+// Dividing every micro-batch by the step's total target count makes the update that of the token
+// mean over the whole step, whatever the micro-batch split — the reference divided each
+// micro-batch mean by the micro-step count instead, which weights a short micro-batch's tokens
+// more (reference-trainer.md §1 #12). The logged loss is the same token mean.
+//
+// Parameter groups (AdamW): the language model's parameters at lr_llm, split into "decay" and
+// "no_decay" (norms, biases, embeddings unless training.decay_* say otherwise). Frozen groups
+// (train_llm = false) get requires_grad = false and no optimizer state.
+//
+// Non-finite loss or gradient norm (training.nan_policy): abort throws naming the step and the
+// first non-finite tensor (the loss, or a parameter gradient by its HF name); skip drops the
+// gradients, applies no update, counts the step, and throws once more than max_skipped_steps
+// were skipped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/qwen3.h"
+#include "src/optim/adamw.h"
+#include "src/optim/lr_schedule.h"
+#include "src/train/config.h"
+
+namespace vlm::train {
+
+struct StepStats {
+  int64_t step = 0;          // 0-based index of the optimizer step
+  double loss = 0;           // token-mean loss over the step's micro-batches
+  double grad_norm = 0;      // before clipping
+  double lr = 0;             // LR of the language model group
+  int64_t targets = 0;       // tokens the loss was computed on
+  int64_t micro_batches = 0; // micro-steps
+  bool skipped = false;      // non-finite, nan_policy = skip
+};
+
+class TrainStepper {
+public:
+  // Builds the optimizer groups and state for `model` (its parameters must be allocated).
+  TrainStepper(const TrainConfig& config, std::shared_ptr<model::Qwen3ForCausalLM> model);
+
+  // Runs optimizer step `step` (0-based) over `micro_batches` (at least one).
+  StepStats step(int64_t step, const std::vector<model::TextBatch>& micro_batches);
+
+  // Token-mean loss over batches, no gradients (evaluation). Returns {loss_sum, targets}.
+  std::pair<double, int64_t> evaluate(const std::vector<model::TextBatch>& batches) const;
+
+  optim::AdamW& optimizer() { return *optimizer_; }
+  const optim::LrSchedule& schedule() const { return schedule_; }
+  // Trainable parameters in optimizer order.
+  const std::vector<Tensor>& trainable() const { return trainable_; }
+  int64_t skipped_steps() const { return skipped_; }
+
+private:
+  // "the loss" or "the gradient of <name>": the first non-finite value of this step.
+  std::string first_non_finite(double loss) const;
+
+  TrainConfig config_;
+  std::shared_ptr<model::Qwen3ForCausalLM> model_;
+  model::ForwardOptions forward_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  optim::LrSchedule schedule_;
+  std::vector<Tensor> trainable_;
+  int64_t skipped_ = 0;
+};
+
+// The LR schedule of a config (lr = 1: a multiplier of each group's peak LR).
+optim::LrScheduleConfig lr_schedule_config(const TrainConfig& config);
+
+} // namespace vlm::train

@@ -1,0 +1,69 @@
+"""Checks an exported HF snapshot in transformers against our own numbers (manual verification).
+
+Loads DIR (written by save_hf_snapshot, e.g. `vlmtrain dump ... --export DIR`) with
+transformers' Qwen3ForCausalLM, runs the batch file that `vlmtrain dump` used (input_ids, labels,
+position_ids, cu_seqlens) as one packed row — position-ids varlen with use_cache=False, without
+which transformers silently attends across documents — and compares the logits and the loss with
+the dump file. The model runs in the snapshot's dtype on CPU with eager attention. If DIR holds
+tokenizer files, the tokenizer is loaded too (a smoke check that they were copied intact).
+
+Usage:
+  build/vlmtrain dump --model tests/data/qwen3_tiny_untied \\
+      --batch tests/data/qwen3_tiny_batches/packed.safetensors --out /tmp/dump.safetensors \\
+      --export /tmp/export
+  python3 tools/golden/check_export.py /tmp/export --batch \\
+      tests/data/qwen3_tiny_batches/packed.safetensors --dump /tmp/dump.safetensors
+Exit status 0 when logits rel_error (max-norm) <= --tol (default 1e-5 for float32 snapshots, 2e-2
+for bfloat16) and |loss difference| <= 10 * tol.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("dir", help="exported HF snapshot directory")
+    ap.add_argument("--batch", required=True, help="the batch file given to vlmtrain dump")
+    ap.add_argument("--dump", required=True, help="the output file of vlmtrain dump")
+    ap.add_argument("--tol", type=float, default=None, help="logits max-norm relative tolerance")
+    args = ap.parse_args()
+
+    with open(os.path.join(args.dir, "config.json")) as f:
+        dtype_name = json.load(f).get("torch_dtype", "float32")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype_name]
+    tol = args.tol if args.tol is not None else (1e-5 if dtype == torch.float32 else 2e-2)
+
+    model = Qwen3ForCausalLM.from_pretrained(args.dir, dtype=dtype, attn_implementation="eager")
+    model.eval()
+    print(f"loaded {args.dir} in transformers: {sum(p.numel() for p in model.parameters())} "
+          f"parameters, {dtype_name}, tie_word_embeddings={model.config.tie_word_embeddings}")
+    if os.path.exists(os.path.join(args.dir, "tokenizer.json")):
+        tok = AutoTokenizer.from_pretrained(args.dir)
+        print(f"tokenizer loads: {type(tok).__name__}, {len(tok)} tokens")
+
+    batch = load_file(args.batch)
+    ids = batch["input_ids"].long().view(1, -1)
+    labels = batch["labels"].long().view(1, -1)
+    pos = batch["position_ids"].long().view(1, -1)
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=labels, position_ids=pos, use_cache=False)
+    ref_logits = out.logits[0].float()
+    dump = load_file(args.dump)
+    ours = dump["logits"].float()
+    err = float((ours - ref_logits).abs().max() / ref_logits.abs().max())
+    loss_err = abs(float(dump["loss"]) - float(out.loss))
+    print(f"logits rel_error {err:.3e} (tol {tol:g}); loss ours {float(dump['loss']):.7f} "
+          f"transformers {float(out.loss):.7f} (|diff| {loss_err:.2e})")
+    ok = err <= tol and loss_err <= 10 * tol
+    print("OK" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
