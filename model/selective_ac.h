@@ -6,8 +6,8 @@
 //     is kept in the stash;
 //   * recomputation (checkpoint's backward, grad mode on): the block's forward runs again, but each
 //     projection hands back its kept output without a GEMM and records a backward node that
-//     computes dx, dw (and db) from the recomputed input, with the same GEMM calls as linear()'s
-//     own backward — so gradients are bit-identical to running without checkpointing.
+//     computes dx, dw (and db) from the recomputed input: linear()'s own backward
+//     (linear_from_output), so gradients are bit-identical to running without checkpointing.
 // So the expensive ops (the GEMMs) run once forward and once backward, as without checkpointing;
 // only the cheap ones between them (norms, RoPE, attention, SwiGLU, residual adds) run twice.
 // Kept per block: its input and every projection output; freed: all other activations (norm

@@ -167,10 +167,17 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     beta = 1.f;
   }
   gemm(out, x2, wc, mm(rows, out_f, in, false, true), beta);
+  return linear_from_output(x, w, bias, out);
+}
+
+Tensor linear_from_output(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+  Tensor out = y.detach();
   if (needs_grad({&x, &w, &bias})) {
+    const int64_t in = w.size(1), rows = x.numel() / std::max<int64_t>(in, 1);
+    Tensor x2 = x.contiguous();
     auto node = std::make_shared<LinearBackward>();
     node->x2 = x2.detach().as_strided({rows, in}, {in, 1}, x2.offset());
-    node->w = wc.detach();
+    node->w = w.contiguous().detach();
     node->x_shape = x.shape();
     node->has_bias = bias.defined();
     record(node, {&x, &w, &bias}, {&out}); // an undefined bias gets an empty edge

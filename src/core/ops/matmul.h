@@ -9,5 +9,8 @@ namespace vlm {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x w^T + bias. x: [..., in]; w: [out, in] (HF/PyTorch layout); bias: [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+// y (already computed as linear(x, w, bias), e.g. kept by selective activation checkpointing)
+// recorded as linear's output: the returned tensor has linear()'s backward, no GEMM is run.
+Tensor linear_from_output(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 
 } // namespace vlm
