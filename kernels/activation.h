@@ -33,4 +33,21 @@ template <typename T> void softmax_fwd(T* y, const T* x, int64_t rows, int64_t c
 template <typename T> void softmax_bwd(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols);
 
 } // namespace cpu
+
+// CUDA versions (kernels/cuda/activation.cu): f32 or bf16 (`t`), math in fp32, contiguous
+// buffers, ordered on `stream` (a cudaStream_t; nullptr: legacy default stream), asynchronous.
+// Same semantics as the cpu:: functions above; softmax sums use a fixed-order block reduction.
+namespace cuda {
+
+void unary_fwd(UnaryOp op, DType t, void* out, const void* x, int64_t n, void* stream);
+void unary_bwd(UnaryOp op, DType t, void* dx, const void* dy, const void* x, int64_t n,
+               void* stream);
+void swiglu_fwd(DType t, void* out, const void* gate, const void* up, int64_t n, void* stream);
+void swiglu_bwd(DType t, void* dgate, void* dup, const void* dy, const void* gate, const void* up,
+                int64_t n, void* stream);
+void softmax_fwd(DType t, void* y, const void* x, int64_t rows, int64_t cols, void* stream);
+void softmax_bwd(DType t, void* dx, const void* dy, const void* y, int64_t rows, int64_t cols,
+                 void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

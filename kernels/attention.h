@@ -45,4 +45,41 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
                    const AttentionShape& shape);
 
 } // namespace cpu
+
+// CUDA (kernels/cuda/attention.cu). T is float or bf16 (fp32 accumulation, lse in fp32); every
+// pointer except cu_seqlens_host is device memory on the current device; `stream` is a
+// cudaStream_t (nullptr: legacy default stream); the calls are asynchronous. head_dim <= 256,
+// q_heads <= 65535. Results are deterministic: every output element is written by one thread
+// with a fixed summation order (no atomics).
+namespace cuda {
+
+// Flash-attention-2 style tiled kernels (what the attention op uses). The forward keeps a
+// running max and sum per query row over key tiles (online softmax) and saves lse; the backward
+// recomputes P per tile from lse: one pass over (key tile, kv head) blocks accumulates dK/dV for
+// its keys over all the query rows and query heads that see them, a second pass over (query
+// tile, query head) blocks computes dQ. f32 runs on fp32 SIMT arithmetic; bf16 runs every
+// product on tensor cores (wmma, fp32 accumulation, P and dS rounded to bf16 as operands, as
+// flash attention does; VLM_ATTENTION_SIMT=1 selects the fp32 SIMT kernels for bf16 too).
+// cu_seqlens_host: the B + 1 offsets in host memory; the launch derives its list of tiles from
+// them and uploads it (a few bytes per tile).
+template <typename T>
+void attention_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
+                   const int32_t* cu_seqlens_host, const AttentionShape& shape, void* stream);
+template <typename T>
+void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                   const T* out, const float* lse, const int32_t* cu_seqlens_host,
+                   const AttentionShape& shape, void* stream);
+
+// Reference kernels for tests: one thread per query row (forward, dQ) or key row (dK/dV) in
+// blocks of 64 rows per head, two-pass softmax in fp32 exactly as the CPU kernel orders it; slow.
+// cu_seqlens_device: the B + 1 offsets in device memory.
+template <typename T>
+void attention_ref_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
+                       const int32_t* cu_seqlens_device, const AttentionShape& shape, void* stream);
+template <typename T>
+void attention_ref_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                       const T* out, const float* lse, const int32_t* cu_seqlens_device,
+                       const AttentionShape& shape, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

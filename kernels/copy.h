@@ -30,4 +30,18 @@ void cast(void* out, DType out_type, const void* in, DType in_type, int64_t n);
 void fill(void* out, DType t, double value, int64_t n);
 
 } // namespace cpu
+
+// The same on the current CUDA device, ordered on `stream` (a cudaStream_t; nullptr: the legacy
+// default stream), asynchronous. Element sizes 1, 2, 4 and 8 bytes; cast supports f32, bf16, f64,
+// i32 and i64 with the CPU's conversions (floats through f32, like cpu::cast).
+namespace cuda {
+
+void copy_strided(void* out, const void* in, size_t elem_size, const StridedLayout& in_layout,
+                  void* stream);
+void copy_into_strided(void* out, const StridedLayout& out_layout, const void* in, size_t elem_size,
+                       void* stream);
+void cast(void* out, DType out_type, const void* in, DType in_type, int64_t n, void* stream);
+void fill(void* out, DType t, double value, int64_t n, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

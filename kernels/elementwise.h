@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/copy.h"
+#include "src/base/dtype.h"
 
 namespace vlm::kernels {
 
@@ -31,4 +32,24 @@ template <typename T> void axpy(T* out, const T* x, double alpha, int64_t n);
 template <typename T> void sum_fwd(T* out, const T* in, const StridedLayout& in_layout, int kept);
 
 } // namespace cpu
+
+// CUDA versions (kernels/cuda/elementwise.cu, reduce.cu): f32 or bf16 (`t`), fp32 arithmetic,
+// ordered on `stream` (a cudaStream_t; nullptr: legacy default stream), asynchronous unless
+// stated. Same semantics as the cpu:: functions above.
+namespace cuda {
+
+void binary_fwd(BinaryOp op, DType t, void* out, const void* a, const void* b,
+                const BroadcastLayout& layout, void* stream);
+void affine_fwd(DType t, void* out, const void* x, double alpha, double beta, int64_t n,
+                void* stream);
+void axpy(DType t, void* out, const void* x, double alpha, int64_t n, void* stream);
+// Deterministic: a fixed reduction tree that depends only on the shape (no atomics), so the same
+// input gives bitwise the same sums on every run.
+void sum_fwd(DType t, void* out, const void* in, const StridedLayout& in_layout, int kept,
+             void* stream);
+// The number of NaN and Inf values among n contiguous elements of floating type t (f32, bf16 or
+// f64). Synchronous: waits for `stream`.
+int64_t count_nonfinite(DType t, const void* x, int64_t n, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

@@ -27,3 +27,25 @@ void index_add(T* out, const T* src, const I* index, int64_t outer, int64_t dim_
                int64_t n_index, int64_t inner);
 
 } // namespace vlm::kernels::cpu
+
+// GPU versions (kernels/cuda/index.cu), T = float or bf16, I = int32_t or int64_t; pointers on the
+// current device, asynchronous on `stream` (a cudaStream_t).
+namespace vlm::kernels::cuda {
+
+// Position of the first index outside [0, limit), or -1. Synchronizes `stream` (returns a value).
+template <typename I>
+int64_t first_out_of_range(const I* index, int64_t n, int64_t limit, void* stream);
+
+template <typename T, typename I>
+void index_select(T* out, const T* x, const I* index, int64_t outer, int64_t dim_size,
+                  int64_t n_index, int64_t inner, void* stream);
+
+// Same contract as cpu::index_add, bit for bit the same summation order: the index positions are
+// grouped by destination row with a stable (hence deterministic) CUB radix sort of (index, j),
+// then one thread per destination element adds its sources in increasing j in fp32 and rounds
+// once. No atomics on values; temporaries come from the stream-ordered pool.
+template <typename T, typename I>
+void index_add(T* out, const T* src, const I* index, int64_t outer, int64_t dim_size,
+               int64_t n_index, int64_t inner, void* stream);
+
+} // namespace vlm::kernels::cuda

@@ -32,4 +32,63 @@ void cross_entropy_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I
                        const acc_t<T>* grad_loss, double scale, int64_t rows, int64_t vocab,
                        int64_t ignore_index);
 
+// Fused LM head + cross-entropy (linear_cross_entropy in src/core/ops/loss.h), one vocabulary
+// chunk at a time; `logits` is [rows, chunk] holding the columns [v0, v0 + chunk) of x w^T.
+// lce_chunk_fwd merges the chunk into the running per-row (run_max, run_sum = sum of
+// exp(l - run_max)) (+=), starting from (-inf, 0), and sets target[r] (=) to the label's logit
+// when the label falls in the chunk. Logits are finite or -inf.
+template <typename T, typename I>
+void lce_chunk_fwd(acc_t<T>* run_max, acc_t<T>* run_sum, acc_t<T>* target, const T* logits,
+                   const I* labels, int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index);
+// lse[r] = run_max + log(run_sum) (run_max when that is -inf) and row_loss[r] = lse - target, or 0
+// for an ignored row (=).
+template <typename A, typename I>
+void lce_finish(A* row_loss, A* lse, const A* run_max, const A* run_sum, const A* target,
+                const I* labels, int64_t rows, int64_t ignore_index);
+// cross_entropy_bwd restricted to the chunk: dlogits[r, c] = (exp(logits[r, c] - lse[r]) -
+// [v0 + c == label[r]]) * grad_loss[0] * scale, zero rows for ignored labels (=).
+template <typename T, typename I>
+void lce_chunk_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* labels,
+                   const acc_t<T>* grad_loss, double scale, int64_t rows, int64_t chunk, int64_t v0,
+                   int64_t ignore_index);
+
 } // namespace vlm::kernels::cpu
+
+// GPU versions (kernels/cuda/loss.cu), T = float or bf16, I = int32_t or int64_t; pointers on
+// the current device, asynchronous on `stream` unless said otherwise.
+namespace vlm::kernels::cuda {
+
+// As cpu::check_labels; synchronizes `stream` to return its results.
+template <typename I>
+int64_t check_labels(const I* labels, int64_t rows, int64_t vocab, int64_t ignore_index,
+                     int64_t* num_valid, void* stream);
+
+// One block per row: online max/sum-exp in fp32, then lse and row_loss as the CPU op.
+template <typename T, typename I>
+void cross_entropy_fwd(float* row_loss, float* lse, const T* logits, const I* labels, int64_t rows,
+                       int64_t vocab, int64_t ignore_index, void* stream);
+
+// As cpu::cross_entropy_bwd; grad_loss is a device pointer to one float.
+template <typename T, typename I>
+void cross_entropy_bwd(T* dlogits, const T* logits, const float* lse, const I* labels,
+                       const float* grad_loss, double scale, int64_t rows, int64_t vocab,
+                       int64_t ignore_index, void* stream);
+
+// The fused LM head + cross-entropy chunk kernels, as the cpu:: ones (fp32 state).
+// lce_init sets run_max = -inf, run_sum = 0 (=).
+void lce_init(float* run_max, float* run_sum, int64_t rows, void* stream);
+template <typename T, typename I>
+void lce_chunk_fwd(float* run_max, float* run_sum, float* target, const T* logits, const I* labels,
+                   int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index, void* stream);
+template <typename I>
+void lce_finish(float* row_loss, float* lse, const float* run_max, const float* run_sum,
+                const float* target, const I* labels, int64_t rows, int64_t ignore_index,
+                void* stream);
+template <typename T, typename I>
+void lce_chunk_bwd(T* dlogits, const T* logits, const float* lse, const I* labels,
+                   const float* grad_loss, double scale, int64_t rows, int64_t chunk, int64_t v0,
+                   int64_t ignore_index, void* stream);
+// out[i] = in[i] rounded to nearest even bf16 (=).
+void round_to_bf16(bf16* out, const float* in, int64_t n, void* stream);
+
+} // namespace vlm::kernels::cuda

@@ -53,4 +53,34 @@ void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, co
                     const acc_t<T>* rstd, int64_t rows, int64_t dim);
 
 } // namespace cpu
+
+// The same ops on the GPU (kernels/cuda/norm.cu), T = float or bf16 (statistics in fp32), same
+// semantics and T-roundings as the cpu:: versions; all pointers on the current device, `stream` a
+// cudaStream_t (nullptr: legacy default stream), every call asynchronous. Rows are processed by one
+// warp (dim <= 1024) or one block per row, with 16-byte vector loads when every row pointer is
+// aligned. Parameter gradients (dw, db) are deterministic two-pass reductions: fixed row chunks
+// (a function of rows and dim only) write fp32 partials, a second kernel sums them in chunk order;
+// no atomics. Temporary partials come from the stream-ordered pool.
+namespace cuda {
+
+template <typename T>
+void rms_norm_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
+                  int64_t dim, double eps, void* stream);
+template <typename T>
+void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float* rstd,
+                  RmsNormWeight mode, int64_t rows, int64_t dim, void* stream);
+template <typename T>
+void rms_norm_gated_fwd(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
+                        int64_t dim, double eps, void* stream);
+template <typename T>
+void rms_norm_gated_bwd(T* dx, T* dz, T* dw, const T* dy, const T* x, const T* z, const T* w,
+                        const float* rstd, int64_t rows, int64_t dim, void* stream);
+template <typename T>
+void layer_norm_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b,
+                    int64_t rows, int64_t dim, double eps, void* stream);
+template <typename T>
+void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const float* mean,
+                    const float* rstd, int64_t rows, int64_t dim, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

@@ -39,4 +39,44 @@ void adamw_step(T* param, S* master, const G* grad, S* exp_avg, S* exp_avg_sq, i
 template <typename T> double sum_squares(const T* x, int64_t n);
 
 } // namespace cpu
+
+// GPU versions (kernels/cuda/optim.cu); pointers on the current device, asynchronous on `stream`.
+namespace cuda {
+
+// As cpu::adamw_step, bit for bit (the same fp32 operations in the same order, no FMA
+// contraction, IEEE sqrt and division). Instantiated for (float, float, float),
+// (bf16, bf16, float) and (bf16, float, float).
+template <typename T, typename G, typename S>
+void adamw_step(T* param, S* master, const G* grad, S* exp_avg, S* exp_avg_sq, int64_t n,
+                const AdamWStepArgs& args, void* stream);
+
+// One tensor of a multi-tensor AdamW update: T* param, G* grad (types fixed per call, see
+// adamw_multi_step), fp32 state, and this tensor's own step scalars (group LR, bias corrections).
+struct AdamWTensor {
+  void* param = nullptr;
+  float* master = nullptr; // exactly when param is bf16
+  const void* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  int64_t n = 0;
+  AdamWStepArgs args;
+};
+
+// adamw_step over `count` tensors (host array) in one launch: every block updates one fixed-size
+// chunk of one tensor; per element exactly adamw_step's arithmetic. All tensors of a call share
+// (T, G): (float, float), (bf16, bf16) or (bf16, float). The descriptors are copied to the device
+// (stream-ordered, no synchronization).
+template <typename T, typename G>
+void adamw_multi_step(const AdamWTensor* tensors, int64_t count, void* stream);
+
+// Number of fp64 partials sum_squares_partials writes for n elements (a function of n only).
+int64_t sum_squares_num_partials(int64_t n);
+// partials[0, sum_squares_num_partials(n)) (=): fixed-size element blocks, each squared and
+// summed in fp64 by a fixed tree. T = float or bf16.
+template <typename T>
+void sum_squares_partials(double* partials, const T* x, int64_t n, void* stream);
+// *out (=) = sum of partials[0, n) in fp64 by one block's fixed tree (deterministic).
+void sum_doubles(double* out, const double* partials, int64_t n, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

@@ -44,4 +44,22 @@ template <typename T>
 void rope_bwd(T* dx, const T* dy, const T* cos, const T* sin, const RopeShape& shape);
 
 } // namespace cpu
+
+// GPU versions (kernels/cuda/rope.cu), T = float or bf16, same formulas and T-roundings; pointers
+// on the current device, asynchronous on `stream` (a cudaStream_t). positions: [tokens] int32 or
+// int64 on the device. inv_freq is computed on the host exactly as the CPU does (fp32 pow) and
+// passed by value, so rotary_dim <= 512.
+namespace cuda {
+
+constexpr int64_t kMaxRotaryDim = 512;
+
+template <typename T, typename I>
+void rope_cos_sin(T* cos, T* sin, const I* positions, int64_t tokens, int64_t rotary_dim,
+                  double theta, void* stream);
+template <typename T>
+void rope_fwd(T* out, const T* x, const T* cos, const T* sin, const RopeShape& shape, void* stream);
+template <typename T>
+void rope_bwd(T* dx, const T* dy, const T* cos, const T* sin, const RopeShape& shape, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

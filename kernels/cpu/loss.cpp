@@ -73,11 +73,74 @@ void cross_entropy_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I
   }
 }
 
+template <typename T, typename I>
+void lce_chunk_fwd(acc_t<T>* run_max, acc_t<T>* run_sum, acc_t<T>* target, const T* logits,
+                   const I* labels, int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index) {
+  using A = acc_t<T>;
+#pragma omp parallel for if (rows * chunk > kParallelMin && rows > 1)
+  for (int64_t r = 0; r < rows; r++) {
+    const T* x = logits + r * chunk;
+    const int64_t l = int64_t(labels[r]);
+    if (l != ignore_index && l >= v0 && l < v0 + chunk) target[r] = to_acc<A>(x[l - v0]);
+    A cm = -INFINITY;
+    for (int64_t c = 0; c < chunk; c++) cm = std::max(cm, to_acc<A>(x[c]));
+    if (cm == A(-INFINITY)) continue; // nothing to add
+    A cs = 0;
+    for (int64_t c = 0; c < chunk; c++) cs += std::exp(to_acc<A>(x[c]) - cm);
+    A m = run_max[r];
+    if (m == A(-INFINITY)) {
+      run_max[r] = cm;
+      run_sum[r] = cs;
+    } else if (cm > m) {
+      run_sum[r] = run_sum[r] * std::exp(m - cm) + cs;
+      run_max[r] = cm;
+    } else {
+      run_sum[r] += cs * std::exp(cm - m);
+    }
+  }
+}
+
+template <typename A, typename I>
+void lce_finish(A* row_loss, A* lse, const A* run_max, const A* run_sum, const A* target,
+                const I* labels, int64_t rows, int64_t ignore_index) {
+  for (int64_t r = 0; r < rows; r++) {
+    const A m = run_max[r];
+    lse[r] = std::isinf(m) ? m : m + std::log(run_sum[r]);
+    row_loss[r] = int64_t(labels[r]) == ignore_index ? A(0) : lse[r] - target[r];
+  }
+}
+
+template <typename T, typename I>
+void lce_chunk_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* labels,
+                   const acc_t<T>* grad_loss, double scale, int64_t rows, int64_t chunk, int64_t v0,
+                   int64_t ignore_index) {
+  using A = acc_t<T>;
+  const A g = A(double(grad_loss[0]) * scale);
+#pragma omp parallel for if (rows * chunk > kParallelMin && rows > 1)
+  for (int64_t r = 0; r < rows; r++) {
+    const T* x = logits + r * chunk;
+    T* dx = dlogits + r * chunk;
+    const int64_t l = int64_t(labels[r]);
+    if (l == ignore_index) {
+      std::fill(dx, dx + chunk, from_acc<T>(A(0)));
+      continue;
+    }
+    const A m = lse[r];
+    for (int64_t c = 0; c < chunk; c++) dx[c] = from_acc<T>(std::exp(to_acc<A>(x[c]) - m) * g);
+    if (l >= v0 && l < v0 + chunk)
+      dx[l - v0] = from_acc<T>((std::exp(to_acc<A>(x[l - v0]) - m) - A(1)) * g);
+  }
+}
+
 #define VLM_INSTANTIATE(T, I)                                                                      \
   template void cross_entropy_fwd<T, I>(acc_t<T>*, acc_t<T>*, const T*, const I*, int64_t,         \
                                         int64_t, int64_t);                                         \
   template void cross_entropy_bwd<T, I>(T*, const T*, const acc_t<T>*, const I*, const acc_t<T>*,  \
-                                        double, int64_t, int64_t, int64_t);
+                                        double, int64_t, int64_t, int64_t);                        \
+  template void lce_chunk_fwd<T, I>(acc_t<T>*, acc_t<T>*, acc_t<T>*, const T*, const I*, int64_t,  \
+                                    int64_t, int64_t, int64_t);                                    \
+  template void lce_chunk_bwd<T, I>(T*, const T*, const acc_t<T>*, const I*, const acc_t<T>*,      \
+                                    double, int64_t, int64_t, int64_t, int64_t);
 VLM_INSTANTIATE(float, int32_t)
 VLM_INSTANTIATE(float, int64_t)
 VLM_INSTANTIATE(double, int32_t)
@@ -86,6 +149,14 @@ VLM_INSTANTIATE(bf16, int32_t)
 VLM_INSTANTIATE(bf16, int64_t)
 #undef VLM_INSTANTIATE
 
+template void lce_finish<float, int32_t>(float*, float*, const float*, const float*, const float*,
+                                         const int32_t*, int64_t, int64_t);
+template void lce_finish<float, int64_t>(float*, float*, const float*, const float*, const float*,
+                                         const int64_t*, int64_t, int64_t);
+template void lce_finish<double, int32_t>(double*, double*, const double*, const double*,
+                                          const double*, const int32_t*, int64_t, int64_t);
+template void lce_finish<double, int64_t>(double*, double*, const double*, const double*,
+                                          const double*, const int64_t*, int64_t, int64_t);
 template int64_t check_labels<int32_t>(const int32_t*, int64_t, int64_t, int64_t, int64_t*);
 template int64_t check_labels<int64_t>(const int64_t*, int64_t, int64_t, int64_t, int64_t*);
 

@@ -1,11 +1,17 @@
 #include "src/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "kernels/optim.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/shape_ops.h"
+
+#if VLM_WITH_CUDA
+#include "kernels/cuda_runtime.h"
+#endif
 
 namespace vlm::optim {
 
@@ -26,8 +32,63 @@ void check_param(const ParamGroup& g, const Tensor& p, std::set<std::string>& na
             " must be a leaf that requires grad (leave frozen parameters out of the optimizer)");
   VLM_CHECK(p.is_contiguous(), where, ": parameter '", p.name(), "' must be contiguous, got ",
             p.desc());
-  VLM_CHECK(p.device().is_cpu(), "AdamW: no CUDA kernel yet for parameter '", p.name(), "' ",
-            p.desc());
+  VLM_CHECK(p.device().is_cpu() || p.dtype() != DType::f64, where, ": parameter '", p.name(), "' ",
+            p.desc(), ": f64 parameters are updated on CPU only (CUDA: f32 or bf16)");
+}
+
+// The f32 copy of a bf16 parameter, on the parameter's device. (The f32 values are made on the
+// host, so this needs no CUDA cast kernel; it runs once per optimizer, not per step.)
+Tensor f32_copy(const Tensor& p) {
+  if (p.device().is_cpu()) return p.detach().to(DType::f32);
+  return p.detach().to(Device::cpu()).to(DType::f32).to(p.device());
+}
+
+// CUDA parameters are not updated one by one: step() collects them into batches of one device
+// and one (param, grad) dtype pair, each updated by one multi-tensor launch.
+struct CudaBatch {
+  Device device;
+  DType param_dtype, grad_dtype;
+  std::vector<kernels::cuda::AdamWTensor> tensors;
+  std::vector<Tensor> keep; // contiguous gradients, alive until the launch is enqueued
+};
+
+void add_to_batch(std::vector<CudaBatch>& batches, Tensor& p, const Tensor& g, AdamWState& st,
+                  const kernels::AdamWStepArgs& args) {
+  VLM_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::bf16,
+            "AdamW: no CUDA update for parameter ", p.desc());
+  auto it = std::find_if(batches.begin(), batches.end(), [&](const CudaBatch& b) {
+    return b.device == p.device() && b.param_dtype == p.dtype() && b.grad_dtype == g.dtype();
+  });
+  if (it == batches.end()) {
+    batches.push_back(CudaBatch{p.device(), p.dtype(), g.dtype(), {}, {}});
+    it = batches.end() - 1;
+  }
+  kernels::cuda::AdamWTensor t;
+  t.param = p.data_ptr();
+  t.master = st.master.defined() ? st.master.data<float>() : nullptr;
+  t.grad = g.data_ptr();
+  t.exp_avg = st.exp_avg.data<float>();
+  t.exp_avg_sq = st.exp_avg_sq.data<float>();
+  t.n = p.numel();
+  t.args = args;
+  it->tensors.push_back(t);
+  it->keep.push_back(g);
+}
+
+void run_batch(const CudaBatch& b) {
+#if VLM_WITH_CUDA
+  using kernels::cuda::adamw_multi_step;
+  const auto* t = b.tensors.data();
+  const auto n = int64_t(b.tensors.size());
+  if (b.param_dtype == DType::f32)
+    adamw_multi_step<float, float>(t, n, nullptr);
+  else if (b.grad_dtype == DType::bf16)
+    adamw_multi_step<bf16, bf16>(t, n, nullptr);
+  else
+    adamw_multi_step<bf16, float>(t, n, nullptr);
+#else
+  VLM_FAIL("AdamW: this build has no CUDA backend (", b.tensors.size(), " CUDA parameters)");
+#endif
 }
 
 // Runs the kernel for one parameter; the (param, grad) dtype pair picks the instantiation.
@@ -73,9 +134,9 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
     for (const auto& p : g.params) {
       check_param(g, p, names);
       AdamWState st;
-      st.exp_avg = Tensor::zeros(p.shape(), state_dtype(p.dtype()));
-      st.exp_avg_sq = Tensor::zeros(p.shape(), state_dtype(p.dtype()));
-      if (p.dtype() == DType::bf16) st.master = p.detach().to(DType::f32);
+      st.exp_avg = Tensor::zeros(p.shape(), state_dtype(p.dtype()), p.device());
+      st.exp_avg_sq = Tensor::zeros(p.shape(), state_dtype(p.dtype()), p.device());
+      if (p.dtype() == DType::bf16) st.master = f32_copy(p);
       state_.emplace(p.name(), std::move(st));
     }
   }
@@ -84,6 +145,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
 void AdamW::step(double lr) {
   VLM_CHECK(lr >= 0 && std::isfinite(lr), "AdamW::step: lr must be finite and >= 0, got ", lr);
   NoGradGuard no_grad;
+  std::vector<CudaBatch> cuda_batches;
   for (auto& g : groups_) {
     for (auto& p : g.params) {
       if (!p.grad().defined()) continue;
@@ -107,9 +169,13 @@ void AdamW::step(double lr) {
       args.weight_decay = g.weight_decay;
       args.step_size = args.lr / (1.0 - std::pow(options_.beta1, double(st.step)));
       args.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, double(st.step)));
-      update(p, grad.contiguous(), st, args);
+      if (p.device().is_cuda())
+        add_to_batch(cuda_batches, p, grad.contiguous(), st, args);
+      else
+        update(p, grad.contiguous(), st, args);
     }
   }
+  for (const auto& b : cuda_batches) run_batch(b);
 }
 
 void AdamW::zero_grad() {
@@ -121,7 +187,17 @@ void AdamW::refresh_master() {
   for (auto& g : groups_)
     for (auto& p : g.params) {
       AdamWState& st = state_.at(p.name());
-      if (st.master.defined()) copy_(st.master, p.detach());
+      if (!st.master.defined()) continue;
+      if (p.device().is_cpu()) {
+        copy_(st.master, p.detach());
+        continue;
+      }
+#if VLM_WITH_CUDA
+      // Into the existing master's storage (f32 values made on the host).
+      Tensor host = p.detach().to(Device::cpu()).to(DType::f32);
+      kernels::cuda::memcpy_h2d(st.master.data_ptr(), host.data_ptr(), host.nbytes(), nullptr);
+      kernels::cuda::stream_synchronize(nullptr); // `host` is freed at the end of this scope
+#endif
     }
 }
 

@@ -8,6 +8,8 @@
 // Parameter groups carry their own LR multiplier and weight decay, which is how the trainer
 // expresses per-module LRs (lr_llm / lr_mlp / lr_vit) and "no decay for norms, biases,
 // embeddings". The state is keyed by parameter name (Tensor::name()) for checkpoints.
+// CUDA parameters (f32 or bf16; state on the parameter's device) are updated by one multi-tensor
+// launch per (device, parameter dtype, gradient dtype), bit-identical to the CPU update.
 #pragma once
 
 #include <map>

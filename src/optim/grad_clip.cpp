@@ -1,5 +1,6 @@
 #include "src/optim/grad_clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/optim.h"
@@ -7,20 +8,69 @@
 #include "src/core/autograd.h"
 #include "src/core/ops/elementwise.h"
 
+#if VLM_WITH_CUDA
+#include "kernels/cuda_runtime.h"
+#endif
+
 namespace vlm::optim {
 
-double grad_norm_squared(const std::vector<Tensor>& params) {
+namespace {
+
+// Sum of squares of every CUDA gradient of one device: each tensor writes its fixed-block fp64
+// partials into one device buffer, one kernel adds them in order, one copy brings the total back
+// (a single synchronization for all tensors). Deterministic: no atomics anywhere.
+double cuda_sum_squares(const std::vector<Tensor>& grads) {
+#if VLM_WITH_CUDA
+  if (grads.empty()) return 0.0;
+  int64_t total_partials = 0;
+  for (const auto& g : grads) total_partials += kernels::cuda::sum_squares_num_partials(g.numel());
+  if (total_partials == 0) return 0.0;
+  Tensor partials = Tensor::empty({total_partials + 1}, DType::f64, grads[0].device());
+  double* base = partials.data<double>();
+  int64_t at = 0;
+  for (const auto& g : grads) {
+    if (g.dtype() == DType::f32)
+      kernels::cuda::sum_squares_partials<float>(base + at, g.data<float>(), g.numel(), nullptr);
+    else if (g.dtype() == DType::bf16)
+      kernels::cuda::sum_squares_partials<bf16>(base + at, g.data<bf16>(), g.numel(), nullptr);
+    else
+      VLM_FAIL("grad_norm_squared: CUDA gradients must be f32 or bf16, got ", g.desc());
+    at += kernels::cuda::sum_squares_num_partials(g.numel());
+  }
+  kernels::cuda::sum_doubles(base + total_partials, base, total_partials, nullptr);
   double total = 0;
+  kernels::cuda::memcpy_d2h(&total, base + total_partials, sizeof total, nullptr);
+  kernels::cuda::stream_synchronize(nullptr);
+  return total;
+#else
+  VLM_FAIL("grad_norm_squared: this build has no CUDA backend");
+#endif
+}
+
+} // namespace
+
+double grad_norm_squared(const std::vector<Tensor>& params) {
+  // CPU gradients in list order, then the CUDA ones (per device, in order of first appearance).
+  double total = 0;
+  std::vector<std::vector<Tensor>> cuda_grads; // grouped by device
   for (const auto& p : params) {
     VLM_CHECK(p.defined(), "grad_norm_squared: undefined parameter in the list");
     if (!p.grad().defined()) continue;
     const Tensor g = p.grad().contiguous();
-    VLM_CHECK(g.device().is_cpu(), "grad_norm_squared: no CUDA kernel yet for the gradient of '",
-              p.name(), "' ", g.desc());
+    if (g.device().is_cuda()) {
+      auto it = std::find_if(cuda_grads.begin(), cuda_grads.end(),
+                             [&](const auto& v) { return v[0].device() == g.device(); });
+      if (it == cuda_grads.end())
+        cuda_grads.push_back({g});
+      else
+        it->push_back(g);
+      continue;
+    }
     total += VLM_DISPATCH_FLOAT(g.dtype(), "grad_norm_squared", T, [&] {
       return kernels::cpu::sum_squares<T>(g.data<T>(), g.numel());
     });
   }
+  for (const auto& grads : cuda_grads) total += cuda_sum_squares(grads);
   return total;
 }
 

@@ -3,6 +3,8 @@
 //   total = sqrt(sum over params of sum(grad^2)),  coef = min(1, max_norm / (total + 1e-6)).
 // The sum is accumulated in double over fixed blocks and in the given parameter order, so it is
 // bit-identical run to run and for any thread count. Parameters without a .grad are skipped.
+// CUDA gradients (f32/bf16) are summed on their device (fixed-block fp64 partials added in
+// order, one launch per tensor, one host synchronization per device) after the CPU ones.
 //
 // Distributed training splits clip_grad_norm into its pieces: each rank computes
 // grad_norm_squared over its shards, the sums are all-reduced, then scale_grads(clip_coefficient).

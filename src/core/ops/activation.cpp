@@ -46,9 +46,18 @@ struct UnaryBackward final : Node {
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     Tensor dy = g[0].to(x.dtype()).contiguous();
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
-      kernels::cpu::unary_bwd<T>(op, dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
-    });
+    if (x.device().is_cuda()) {
+#if VLM_WITH_CUDA
+      kernels::cuda::unary_bwd(op, x.dtype(), dx.data_ptr(), dy.data_ptr(), x.data_ptr(), x.numel(),
+                               nullptr);
+#else
+      check_cpu(name(), x);
+#endif
+    } else {
+      VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
+        kernels::cpu::unary_bwd<T>(op, dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
+      });
+    }
     return {dx};
   }
   void release() override { x = Tensor(); }
@@ -57,12 +66,20 @@ struct UnaryBackward final : Node {
 Tensor unary(UnaryOp op, const Tensor& x_in) {
   const char* op_name = unary_name(op);
   check_float(op_name, "x", x_in);
-  check_cpu(op_name, x_in);
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  VLM_DISPATCH_FLOAT(x.dtype(), op_name, T, [&] {
-    kernels::cpu::unary_fwd<T>(op, out.data<T>(), x.data<T>(), x.numel());
-  });
+  if (x.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::unary_fwd(op, x.dtype(), out.data_ptr(), x.data_ptr(), x.numel(), nullptr);
+#else
+    check_cpu(op_name, x);
+#endif
+  } else {
+    VLM_DISPATCH_FLOAT(x.dtype(), op_name, T, [&] {
+      kernels::cpu::unary_fwd<T>(op, out.data<T>(), x.data<T>(), x.numel());
+    });
+  }
+  check_finite(op_name, out);
   if (needs_grad({&x_in})) {
     auto node = std::make_shared<UnaryBackward>();
     node->op = op;
@@ -80,11 +97,21 @@ struct SwigluBackward final : Node {
     Tensor dgate, dup;
     if (needs_input_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
     if (needs_input_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
-    VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu backward", T, [&] {
-      kernels::cpu::swiglu_bwd<T>(dgate.defined() ? dgate.data<T>() : nullptr,
-                                  dup.defined() ? dup.data<T>() : nullptr, dy.data<T>(),
-                                  gate.data<T>(), up.data<T>(), gate.numel());
-    });
+    if (gate.device().is_cuda()) {
+#if VLM_WITH_CUDA
+      kernels::cuda::swiglu_bwd(gate.dtype(), dgate.defined() ? dgate.data_ptr() : nullptr,
+                                dup.defined() ? dup.data_ptr() : nullptr, dy.data_ptr(),
+                                gate.data_ptr(), up.data_ptr(), gate.numel(), nullptr);
+#else
+      check_cpu("swiglu backward", gate);
+#endif
+    } else {
+      VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu backward", T, [&] {
+        kernels::cpu::swiglu_bwd<T>(dgate.defined() ? dgate.data<T>() : nullptr,
+                                    dup.defined() ? dup.data<T>() : nullptr, dy.data<T>(),
+                                    gate.data<T>(), up.data<T>(), gate.numel());
+      });
+    }
     return {dgate, dup};
   }
   void release() override { gate = up = Tensor(); }
@@ -97,9 +124,18 @@ struct SoftmaxBackward final : Node {
     Tensor dy = g[0].to(y.dtype()).contiguous();
     Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
     int64_t cols = y.shape().back(), rows = y.numel() / std::max<int64_t>(cols, 1);
-    VLM_DISPATCH_FLOAT(y.dtype(), "softmax backward", T, [&] {
-      kernels::cpu::softmax_bwd<T>(dx.data<T>(), dy.data<T>(), y.data<T>(), rows, cols);
-    });
+    if (y.device().is_cuda()) {
+#if VLM_WITH_CUDA
+      kernels::cuda::softmax_bwd(y.dtype(), dx.data_ptr(), dy.data_ptr(), y.data_ptr(), rows, cols,
+                                 nullptr);
+#else
+      check_cpu("softmax backward", y);
+#endif
+    } else {
+      VLM_DISPATCH_FLOAT(y.dtype(), "softmax backward", T, [&] {
+        kernels::cpu::softmax_bwd<T>(dx.data<T>(), dy.data<T>(), y.data<T>(), rows, cols);
+      });
+    }
     return {dx};
   }
   void release() override { y = Tensor(); }
@@ -124,12 +160,21 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
   check_same_device("swiglu", "gate", gate_in, "up", up_in);
   VLM_CHECK(gate_in.shape() == up_in.shape(), "swiglu: shape mismatch, ", describe("gate", gate_in),
             " vs ", describe("up", up_in));
-  check_cpu("swiglu", gate_in);
   Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu", T, [&] {
-    kernels::cpu::swiglu_fwd<T>(out.data<T>(), gate.data<T>(), up.data<T>(), gate.numel());
-  });
+  if (gate.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::swiglu_fwd(gate.dtype(), out.data_ptr(), gate.data_ptr(), up.data_ptr(),
+                              gate.numel(), nullptr);
+#else
+    check_cpu("swiglu", gate);
+#endif
+  } else {
+    VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu", T, [&] {
+      kernels::cpu::swiglu_fwd<T>(out.data<T>(), gate.data<T>(), up.data<T>(), gate.numel());
+    });
+  }
+  check_finite("swiglu", out);
   if (needs_grad({&gate_in, &up_in})) {
     auto node = std::make_shared<SwigluBackward>();
     node->gate = gate.detach();
@@ -142,12 +187,21 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
 Tensor softmax(const Tensor& x_in) {
   check_float("softmax", "x", x_in);
   VLM_CHECK(x_in.dim() >= 1, "softmax: x needs at least 1 dim, got ", x_in.desc());
-  check_cpu("softmax", x_in);
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   int64_t cols = x.shape().back(), rows = x.numel() / std::max<int64_t>(cols, 1);
-  VLM_DISPATCH_FLOAT(x.dtype(), "softmax", T,
-                     [&] { kernels::cpu::softmax_fwd<T>(out.data<T>(), x.data<T>(), rows, cols); });
+  if (x.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::softmax_fwd(x.dtype(), out.data_ptr(), x.data_ptr(), rows, cols, nullptr);
+#else
+    check_cpu("softmax", x);
+#endif
+  } else {
+    VLM_DISPATCH_FLOAT(x.dtype(), "softmax", T, [&] {
+      kernels::cpu::softmax_fwd<T>(out.data<T>(), x.data<T>(), rows, cols);
+    });
+  }
+  check_finite("softmax", out);
   if (needs_grad({&x_in})) {
     auto node = std::make_shared<SoftmaxBackward>();
     node->y = out.detach();

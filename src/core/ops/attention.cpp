@@ -22,7 +22,7 @@ void check_cu_seqlens(const Tensor& cu, int64_t tokens, const Tensor& q) {
   VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2,
             "attention: cu_seqlens must be [B+1] i32 with B >= 1, got ",
             describe("cu_seqlens", cu));
-  check_cpu("attention", cu); // the values are read on the host
+  check_cpu("attention", cu); // the values are read on the host (the caller moved them here)
   const Tensor c = cu.contiguous();
   const int32_t* v = c.data<int32_t>();
   const int64_t n = c.size(0);
@@ -37,7 +37,7 @@ void check_cu_seqlens(const Tensor& cu, int64_t tokens, const Tensor& q) {
 }
 
 struct AttentionBackward final : Node {
-  Tensor q, k, v, out, lse, cu_seqlens; // contiguous, detached
+  Tensor q, k, v, out, lse, cu_seqlens; // contiguous, detached; cu_seqlens always on the CPU
   kernels::AttentionShape shape;
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
@@ -46,6 +46,22 @@ struct AttentionBackward final : Node {
     Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
     Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
     Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+    if (q.device().is_cuda()) {
+#if VLM_WITH_CUDA
+      if (q.dtype() == DType::f32)
+        kernels::cuda::attention_bwd<float>(dq.data<float>(), dk.data<float>(), dv.data<float>(),
+                                            g.data<float>(), q.data<float>(), k.data<float>(),
+                                            v.data<float>(), out.data<float>(), lse.data<float>(),
+                                            cu_seqlens.data<int32_t>(), shape, nullptr);
+      else
+        kernels::cuda::attention_bwd<bf16>(dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(),
+                                           g.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
+                                           v.data<bf16>(), out.data<bf16>(), lse.data<float>(),
+                                           cu_seqlens.data<int32_t>(), shape, nullptr);
+#endif
+      return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
+              needs_input_grad(2) ? dv : Tensor()};
+    }
     VLM_DISPATCH_FLOAT(q.dtype(), "attention backward", T, [&] {
       kernels::cpu::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
                                      q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
@@ -80,8 +96,20 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
             "attention: query heads must be a multiple of kv heads, got ", describe("q", q), ", ",
             describe("k", k));
   VLM_CHECK(std::isfinite(scale), "attention: scale must be finite, got ", scale);
-  check_cu_seqlens(cu_seqlens, q.size(0), q);
-  check_cpu("attention", q);
+  check_defined("attention", "cu_seqlens", cu_seqlens);
+  // Private host copy: backward must see the validated offsets, and the CUDA kernels build their
+  // tile lists from host offsets (a CUDA cu_seqlens is copied back, which synchronizes).
+  Tensor cu = cu_seqlens.device().is_cpu() ? cu_seqlens.clone() : cu_seqlens.to(Device::cpu());
+  check_cu_seqlens(cu, q.size(0), q);
+  if (q.device().is_cuda()) {
+    VLM_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16,
+              "attention: CUDA supports f32 and bf16, got ", describe("q", q),
+              " (f64 runs on CPU)");
+    VLM_CHECK(q.size(2) <= 256, "attention: head_dim <= 256 on CUDA, got ", describe("q", q));
+#if !VLM_WITH_CUDA
+    check_cpu("attention", q);
+#endif
+  }
 
   kernels::AttentionShape shape;
   shape.tokens = q.size(0);
@@ -93,13 +121,25 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   shape.scale = scale;
 
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  Tensor cu = cu_seqlens.clone(); // private copy: backward must see the validated offsets
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor lse = Tensor::empty({shape.tokens, shape.q_heads}, lse_dtype(q.dtype()), q.device());
-  VLM_DISPATCH_FLOAT(q.dtype(), "attention", T, [&] {
-    kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(), kc.data<T>(),
-                                   vc.data<T>(), cu.data<int32_t>(), shape);
-  });
+  if (q.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    if (q.dtype() == DType::f32)
+      kernels::cuda::attention_fwd<float>(out.data<float>(), lse.data<float>(), qc.data<float>(),
+                                          kc.data<float>(), vc.data<float>(), cu.data<int32_t>(),
+                                          shape, nullptr);
+    else
+      kernels::cuda::attention_fwd<bf16>(out.data<bf16>(), lse.data<float>(), qc.data<bf16>(),
+                                         kc.data<bf16>(), vc.data<bf16>(), cu.data<int32_t>(),
+                                         shape, nullptr);
+#endif
+  } else {
+    VLM_DISPATCH_FLOAT(q.dtype(), "attention", T, [&] {
+      kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(),
+                                     kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape);
+    });
+  }
   if (needs_grad({&q, &k, &v})) {
     auto node = std::make_shared<AttentionBackward>();
     node->q = qc.detach();

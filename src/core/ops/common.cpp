@@ -1,5 +1,8 @@
 #include "src/core/ops/common.h"
 
+#include "kernels/elementwise.h"
+#include "src/base/env.h"
+
 namespace vlm::ops_detail {
 
 void check_defined(const char* op, const char* name, const Tensor& t) {
@@ -31,6 +34,26 @@ void check_dim(const char* op, const char* name, const Tensor& t, int64_t ndim) 
 void check_cpu(const char* op, const Tensor& t) {
   VLM_CHECK(t.device().is_cpu(), op, ": no CUDA kernel yet for ", t.desc(),
             " (the CUDA backend lands op by op; run on CPU)");
+}
+
+void check_finite(const char* op, const Tensor& out) {
+  if (!out.defined() || !out.device().is_cuda()) return;
+  // Read per call (a getenv; CUDA ops cost far more) so tests and tools can switch it.
+  if (env_int("VLM_CHECK_FINITE", 0) == 0) return;
+  DType t = out.dtype();
+  if (t != DType::f32 && t != DType::bf16 && t != DType::f64) return;
+#if VLM_WITH_CUDA
+  Tensor c = out.contiguous();
+  int64_t bad = kernels::cuda::count_nonfinite(t, c.data_ptr(), c.numel(), nullptr);
+  VLM_CHECK(bad == 0, "VLM_CHECK_FINITE: ", op, " produced ", bad, " NaN/Inf value",
+            bad == 1 ? "" : "s", " in its output ", out.desc());
+#endif
+}
+
+void check_cuda_dtype(const char* op, const Tensor& x) {
+  if (x.device().is_cuda())
+    VLM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, op,
+              ": CUDA kernels take f32 or bf16, got ", x.desc(), " (f64 runs on CPU only)");
 }
 
 kernels::StridedLayout strided_layout(const Tensor& t) {

@@ -47,10 +47,18 @@ Tensor binary(const char* op_name, BinaryOp op, const Tensor& a, const Tensor& b
   check_float(op_name, "b", b);
   check_same_dtype(op_name, "a", a, "b", b);
   check_same_device(op_name, "a", a, "b", b);
-  check_cpu(op_name, a);
   Shape shape = broadcast_shapes(op_name, a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   auto layout = broadcast_layout(shape, a, b);
+  if (a.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::binary_fwd(op, a.dtype(), out.data_ptr(), a.data_ptr(), b.data_ptr(), layout,
+                              nullptr);
+    check_finite(op_name, out);
+    return out;
+#endif
+  }
+  check_cpu(op_name, a);
   VLM_DISPATCH_FLOAT(a.dtype(), op_name, T, [&] {
     kernels::cpu::binary_fwd<T>(op, out.data<T>(), static_cast<const T*>(a.data_ptr()),
                                 static_cast<const T*>(b.data_ptr()), layout);
@@ -102,7 +110,6 @@ struct AffineBackward final : Node {
 
 void check_inplace(const char* op, const Tensor& dst) {
   check_float(op, "dst", dst);
-  check_cpu(op, dst);
   VLM_CHECK(!(GradMode::is_enabled() && dst.requires_grad()), op,
             ": in-place update of a tensor that requires grad while grad mode is on (", dst.desc(),
             "); wrap it in NoGradGuard");
@@ -157,12 +164,22 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor affine(const Tensor& x, double alpha, double beta) {
   check_float("affine", "x", x);
-  check_cpu("affine", x);
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  VLM_DISPATCH_FLOAT(x.dtype(), "affine", T, [&] {
-    kernels::cpu::affine_fwd<T>(out.data<T>(), xc.data<T>(), alpha, beta, x.numel());
-  });
+  if (x.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::affine_fwd(x.dtype(), out.data_ptr(), xc.data_ptr(), alpha, beta, x.numel(),
+                              nullptr);
+    check_finite("affine", out);
+#else
+    check_cpu("affine", x);
+#endif
+  } else {
+    check_cpu("affine", x);
+    VLM_DISPATCH_FLOAT(x.dtype(), "affine", T, [&] {
+      kernels::cpu::affine_fwd<T>(out.data<T>(), xc.data<T>(), alpha, beta, x.numel());
+    });
+  }
   if (needs_grad({&x})) {
     auto node = std::make_shared<AffineBackward>();
     node->alpha = alpha;
@@ -176,8 +193,16 @@ void add_(Tensor& dst, const Tensor& src, double alpha) {
   VLM_CHECK(dst.shape() == src.shape(), "add_: shape mismatch, ", describe("dst", dst), " vs ",
             describe("src", src));
   check_same_dtype("add_", "dst", dst, "src", src);
+  check_same_device("add_", "dst", dst, "src", src);
   VLM_CHECK(dst.is_contiguous(), "add_: dst must be contiguous, got ", dst.desc());
   Tensor s = src.contiguous();
+  if (dst.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::axpy(dst.dtype(), dst.data_ptr(), s.data_ptr(), alpha, dst.numel(), nullptr);
+    return;
+#endif
+  }
+  check_cpu("add_", dst);
   VLM_DISPATCH_FLOAT(dst.dtype(), "add_", T, [&] {
     kernels::cpu::axpy<T>(dst.data<T>(), s.data<T>(), alpha, dst.numel());
   });
@@ -186,6 +211,14 @@ void add_(Tensor& dst, const Tensor& src, double alpha) {
 void scale_(Tensor& dst, double s) {
   check_inplace("scale_", dst);
   VLM_CHECK(dst.is_contiguous(), "scale_: dst must be contiguous, got ", dst.desc());
+  if (dst.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::affine_fwd(dst.dtype(), dst.data_ptr(), dst.data_ptr(), s, 0.0, dst.numel(),
+                              nullptr);
+    return;
+#endif
+  }
+  check_cpu("scale_", dst);
   VLM_DISPATCH_FLOAT(dst.dtype(), "scale_", T, [&] {
     kernels::cpu::affine_fwd<T>(dst.data<T>(), dst.data<T>(), s, 0.0, dst.numel());
   });
@@ -194,6 +227,13 @@ void scale_(Tensor& dst, double s) {
 void fill_(Tensor& dst, double value) {
   check_inplace("fill_", dst);
   VLM_CHECK(dst.is_contiguous(), "fill_: dst must be contiguous, got ", dst.desc());
+  if (dst.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::fill(dst.data_ptr(), dst.dtype(), value, dst.numel(), nullptr);
+    return;
+#endif
+  }
+  check_cpu("fill_", dst);
   kernels::cpu::fill(dst.data_ptr(), dst.dtype(), value, dst.numel());
 }
 

@@ -45,19 +45,38 @@ std::string position_str(int64_t pos, const Shape& shape) {
 // Fails naming the first index outside [0, limit): its position in `index` and its value.
 void check_in_range(const char* op, const char* name, const Tensor& index, int64_t limit,
                     const char* target_name, const Tensor& target) {
+  int64_t bad = -1;
   VLM_DISPATCH_INDEX(index.dtype(), op, I, [&] {
-    const I* p = index.data<I>();
-    int64_t bad = kernels::cpu::first_out_of_range<I>(p, index.numel(), limit);
-    VLM_CHECK(bad < 0, op, ": ", name, " at position ", position_str(bad, index.shape()), " is ",
-              int64_t(p[bad]), ", out of range [0, ", limit, ") for ",
-              describe(target_name, target));
+    if (index.device().is_cuda()) {
+#if VLM_WITH_CUDA
+      bad = kernels::cuda::first_out_of_range<I>(index.data<I>(), index.numel(), limit, nullptr);
+#endif
+    } else {
+      bad = kernels::cpu::first_out_of_range<I>(index.data<I>(), index.numel(), limit);
+    }
   });
+  if (bad < 0) return;
+  Tensor host = index.to(Device::cpu()); // the error path only
+  int64_t value =
+      VLM_DISPATCH_INDEX(host.dtype(), op, I, [&] { return int64_t(host.data<I>()[bad]); });
+  VLM_FAIL(op, ": ", name, " at position ", position_str(bad, index.shape()), " is ", value,
+           ", out of range [0, ", limit, ") for ", describe(target_name, target));
 }
 
 // out = x.index_select(dim) on contiguous x and index (no autograd).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Shape& out_shape) {
   DimSplit s = split_at(x.shape(), dim);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  if (x.device().is_cuda()) {
+    with_cuda_type(x.dtype(), "index_select", [&](auto tag) {
+      using T = decltype(tag);
+      VLM_DISPATCH_INDEX(index.dtype(), "index_select", I, [&] {
+        kernels::cuda::index_select<T, I>(out.data<T>(), x.data<T>(), index.data<I>(), s.outer,
+                                          s.dim_size, index.numel(), s.inner, nullptr);
+      });
+    });
+    return out;
+  }
   VLM_DISPATCH_FLOAT(x.dtype(), "index_select", T, [&] {
     VLM_DISPATCH_INDEX(index.dtype(), "index_select", I, [&] {
       kernels::cpu::index_select<T, I>(out.data<T>(), x.data<T>(), index.data<I>(), s.outer,
@@ -70,6 +89,16 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Shape& ou
 // out[..., index[j], ...] += src[..., j, ...] on contiguous tensors (no autograd).
 void scatter_add_into(Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   DimSplit s = split_at(out.shape(), dim);
+  if (out.device().is_cuda()) {
+    with_cuda_type(out.dtype(), "index_add", [&](auto tag) {
+      using T = decltype(tag);
+      VLM_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
+        kernels::cuda::index_add<T, I>(out.data<T>(), src.data<T>(), index.data<I>(), s.outer,
+                                       s.dim_size, index.numel(), s.inner, nullptr);
+      });
+    });
+    return;
+  }
   VLM_DISPATCH_FLOAT(out.dtype(), "index_add", T, [&] {
     VLM_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
       kernels::cpu::index_add<T, I>(out.data<T>(), src.data<T>(), index.data<I>(), s.outer,
@@ -126,7 +155,7 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   check_float(op, "weight", weight_in);
   VLM_CHECK(weight_in.dim() == 2, op, ": weight must be [V, H], got ", weight_in.desc());
   check_index_tensor(op, "ids", ids_in, weight_in);
-  check_cpu(op, weight_in);
+  check_cuda_dtype(op, weight_in);
   Tensor weight = weight_in.contiguous(), ids = ids_in.contiguous();
   check_in_range(op, "id", ids, weight.size(0), "weight", weight_in);
   Shape out_shape = ids.shape();
@@ -150,7 +179,7 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index_in) {
   check_index_tensor(op, "index", index_in, x_in);
   VLM_CHECK(index_in.dim() == 1, op, ": index must be 1-D, got ", describe("index", index_in),
             " for ", describe("x", x_in));
-  check_cpu(op, x_in);
+  check_cuda_dtype(op, x_in);
   Tensor x = x_in.contiguous(), index = index_in.contiguous();
   check_in_range(op, "index", index, x.size(dim), "x", x_in);
   Shape out_shape = x.shape();
@@ -181,7 +210,7 @@ Tensor index_add(const Tensor& x_in, int64_t dim, const Tensor& index_in, const 
   VLM_CHECK(src_in.shape() == src_shape, op, ": src must have shape ", shape_str(src_shape),
             " (x's shape with dim ", dim, " = len(index)), got ", describe("src", src_in), " for ",
             describe("x", x_in), ", ", describe("index", index_in));
-  check_cpu(op, x_in);
+  check_cuda_dtype(op, x_in);
   Tensor index = index_in.contiguous(), src = src_in.contiguous();
   check_in_range(op, "index", index, x_in.size(dim), "x", x_in);
   Tensor out;

@@ -30,4 +30,17 @@ struct CrossEntropyResult {
 CrossEntropyResult cross_entropy_sum(const Tensor& logits, const Tensor& labels,
                                      int64_t ignore_index = -100);
 
+// The LM head fused with cross-entropy: the value and gradients of
+//   cross_entropy(linear(x, weight), labels, ignore_index, reduction)
+// without ever holding the [N, V] logits: the vocabulary is processed in chunks of vocab_chunk
+// rows of weight; each chunk's logits [N, vocab_chunk] (in x's dtype, rounded as linear() rounds
+// them) are merged into a running per-row logsumexp in fp32 (f64 for f64), and the backward
+// recomputes them chunk by chunk (dx accumulated in fp32 and rounded once, dweight written chunk
+// by chunk). x: [N, H]; weight: [V, H] (HF layout; tied embeddings pass the embedding matrix);
+// labels: [N] i32/i64. Same dtype/device rules as linear and cross_entropy (CUDA: f32/bf16).
+// Returns the 0-dim loss (f32; f64 for f64); differentiable in x and weight.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& labels,
+                            int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
+                            int64_t vocab_chunk = 8192);
+
 } // namespace vlm

@@ -74,6 +74,15 @@ struct RmsNormBackward final : Node {
     Tensor dy = grad_like(name(), grads[0], x);
     Tensor dx = empty_if(needs_input_grad(0), x);
     Tensor dw = empty_if(weight.defined() && needs_input_grad(1), weight);
+    if (x.device().is_cuda()) {
+      with_cuda_type(x.dtype(), name(), [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cuda::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
+                                       ptr_or_null<T>(weight), rstd.data<float>(), mode, rows_of(x),
+                                       x.size(-1), nullptr);
+      });
+      return {dx, dw};
+    }
     VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
       kernels::cpu::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
                                     ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), mode, rows_of(x),
@@ -92,6 +101,15 @@ struct RmsNormGatedBackward final : Node {
     Tensor dx = empty_if(needs_input_grad(0), x);
     Tensor dz = empty_if(needs_input_grad(1), z);
     Tensor dw = empty_if(weight.defined() && needs_input_grad(2), weight);
+    if (x.device().is_cuda()) {
+      with_cuda_type(x.dtype(), name(), [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cuda::rms_norm_gated_bwd<T>(
+            out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw), dy.data<T>(), x.data<T>(), z.data<T>(),
+            ptr_or_null<T>(weight), rstd.data<float>(), rows_of(x), x.size(-1), nullptr);
+      });
+      return {dx, dz, dw};
+    }
     VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
       kernels::cpu::rms_norm_gated_bwd<T>(
           out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw), dy.data<T>(), x.data<T>(), z.data<T>(),
@@ -115,6 +133,16 @@ struct LayerNormBackward final : Node {
                     : Tensor();
     Tensor db =
         has_bias && needs_input_grad(2) ? Tensor::empty({dim}, x.dtype(), x.device()) : Tensor();
+    if (x.device().is_cuda()) {
+      with_cuda_type(x.dtype(), name(), [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cuda::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db),
+                                         dy.data<T>(), x.data<T>(), ptr_or_null<T>(weight),
+                                         mean.data<float>(), rstd.data<float>(), rows_of(x), dim,
+                                         nullptr);
+      });
+      return {dx, dw, db};
+    }
     VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
       kernels::cpu::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db), dy.data<T>(),
                                       x.data<T>(), ptr_or_null<T>(weight), mean.data<acc_t<T>>(),
@@ -129,17 +157,26 @@ Tensor rms_norm_impl(const char* op, const Tensor& x, const Tensor& weight, doub
                      bool zero_centered) {
   check_input(op, x, eps);
   check_operand(op, "weight", weight, x, false);
-  check_cpu(op, x);
+  check_cuda_dtype(op, x);
   RmsNormWeight mode = !weight.defined() ? RmsNormWeight::none
                        : zero_centered   ? RmsNormWeight::offset
                                          : RmsNormWeight::scale;
   Tensor xc = plain(x), wc = plain(weight);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-    kernels::cpu::rms_norm_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
-                                  ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps);
-  });
+  if (x.device().is_cuda()) {
+    with_cuda_type(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cuda::rms_norm_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
+                                     ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps,
+                                     nullptr);
+    });
+  } else {
+    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+      kernels::cpu::rms_norm_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                    ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps);
+    });
+  }
   if (needs_grad({&x, &weight})) {
     auto node = std::make_shared<RmsNormBackward>();
     node->x = xc;
@@ -167,15 +204,24 @@ Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, do
   check_defined(op, "z", z);
   check_operand(op, "z", z, x, true);
   check_operand(op, "weight", weight, x, false);
-  check_cpu(op, x);
+  check_cuda_dtype(op, x);
   Tensor xc = plain(x), zc = plain(z), wc = plain(weight);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-    kernels::cpu::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
-                                        zc.data<T>(), ptr_or_null<T>(wc), rows_of(x), x.size(-1),
-                                        eps);
-  });
+  if (x.device().is_cuda()) {
+    with_cuda_type(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cuda::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
+                                           zc.data<T>(), ptr_or_null<T>(wc), rows_of(x), x.size(-1),
+                                           eps, nullptr);
+    });
+  } else {
+    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+      kernels::cpu::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                          zc.data<T>(), ptr_or_null<T>(wc), rows_of(x), x.size(-1),
+                                          eps);
+    });
+  }
   if (needs_grad({&x, &z, &weight})) {
     auto node = std::make_shared<RmsNormGatedBackward>();
     node->x = xc;
@@ -192,16 +238,25 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   check_input(op, x, eps);
   check_operand(op, "weight", weight, x, false);
   check_operand(op, "bias", bias, x, false);
-  check_cpu(op, x);
+  check_cuda_dtype(op, x);
   Tensor xc = plain(x), wc = plain(weight), bc = plain(bias);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
   Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-    kernels::cpu::layer_norm_fwd<T>(out.data<T>(), mean.data<acc_t<T>>(), rstd.data<acc_t<T>>(),
-                                    xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
-                                    rows_of(x), x.size(-1), eps);
-  });
+  if (x.device().is_cuda()) {
+    with_cuda_type(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cuda::layer_norm_fwd<T>(out.data<T>(), mean.data<float>(), rstd.data<float>(),
+                                       xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
+                                       rows_of(x), x.size(-1), eps, nullptr);
+    });
+  } else {
+    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+      kernels::cpu::layer_norm_fwd<T>(out.data<T>(), mean.data<acc_t<T>>(), rstd.data<acc_t<T>>(),
+                                      xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
+                                      rows_of(x), x.size(-1), eps);
+    });
+  }
   if (needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LayerNormBackward>();
     node->x = xc;

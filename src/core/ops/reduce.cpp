@@ -30,7 +30,6 @@ struct SumBackward final : Node {
 Tensor reduce_impl(const char* op, const Tensor& x, std::vector<int64_t> dims, bool keepdim,
                    bool is_mean) {
   check_float(op, "x", x);
-  check_cpu(op, x);
   std::vector<bool> reduced(size_t(x.dim()), false);
   for (auto& d : dims) {
     d = wrap_dim(d, x.dim(), op);
@@ -62,14 +61,24 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<int64_t> dims, b
       perm.strides[k++] = l.strides[d];
     }
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-    kernels::cpu::sum_fwd<T>(out.data<T>(), static_cast<const T*>(x.data_ptr()), perm, kept);
-  });
+  if (x.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::sum_fwd(x.dtype(), out.data_ptr(), x.data_ptr(), perm, kept, nullptr);
+#else
+    check_cpu(op, x);
+#endif
+  } else {
+    check_cpu(op, x);
+    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
+      kernels::cpu::sum_fwd<T>(out.data<T>(), static_cast<const T*>(x.data_ptr()), perm, kept);
+    });
+  }
   double factor = is_mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
   if (is_mean) {
     NoGradGuard no_grad;
     scale_(out, factor);
   }
+  check_finite(op, out);
   if (needs_grad({&x})) {
     auto node = std::make_shared<SumBackward>();
     node->in_shape = x.shape();

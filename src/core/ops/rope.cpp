@@ -13,6 +13,13 @@ using namespace ops_detail;
 
 namespace {
 
+// CUDA tensors take f32 and bf16 (no f64 kernels on the GPU).
+void check_device(const char* op, DType dt, Device device) {
+  if (device.is_cuda())
+    VLM_CHECK(dt == DType::f32 || dt == DType::bf16, op, ": CUDA kernels take f32 or bf16, got ",
+              dtype_name(dt), " (f64 runs on CPU only)");
+}
+
 kernels::RopeShape rope_shape(const Tensor& x, int64_t rotary_dim) {
   kernels::RopeShape s;
   s.tokens = x.size(0);
@@ -29,6 +36,14 @@ struct RopeBackward final : Node {
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     Tensor g = grads[0].contiguous();
     Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
+    if (g.device().is_cuda()) {
+      with_cuda_type(g.dtype(), "rope backward", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cuda::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape,
+                                   nullptr);
+      });
+      return {dx};
+    }
     VLM_DISPATCH_FLOAT(g.dtype(), "rope backward", T, [&] {
       kernels::cpu::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape);
     });
@@ -51,13 +66,24 @@ RopeTables rope_tables(const Tensor& position_ids, int64_t rotary_dim, double th
   VLM_CHECK(std::isfinite(theta) && theta > 0, "rope_tables: theta must be > 0, got ", theta);
   VLM_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16,
             "rope_tables: table dtype must be f32, f64 or bf16, got ", dtype_name(dtype));
-  check_cpu("rope_tables", position_ids);
-  Tensor positions = position_ids.to(DType::i64).contiguous();
-  const int64_t tokens = positions.size(0);
+  check_device("rope_tables", dtype, position_ids.device());
+  const int64_t tokens = position_ids.size(0);
   RopeTables t;
   t.rotary_dim = rotary_dim;
   t.cos = Tensor::empty({tokens, rotary_dim / 2}, dtype, position_ids.device());
   t.sin = Tensor::empty({tokens, rotary_dim / 2}, dtype, position_ids.device());
+  if (position_ids.device().is_cuda()) {
+    Tensor positions = position_ids.contiguous();
+    with_cuda_type(dtype, "rope_tables", [&](auto tag) {
+      using T = decltype(tag);
+      VLM_DISPATCH_INDEX(positions.dtype(), "rope_tables", I, [&] {
+        kernels::cuda::rope_cos_sin<T, I>(t.cos.data<T>(), t.sin.data<T>(), positions.data<I>(),
+                                          tokens, rotary_dim, theta, nullptr);
+      });
+    });
+    return t;
+  }
+  Tensor positions = position_ids.to(DType::i64).contiguous();
   VLM_DISPATCH_FLOAT(dtype, "rope_tables", T, [&] {
     kernels::cpu::rope_cos_sin<T>(t.cos.data<T>(), t.sin.data<T>(), positions.data<int64_t>(),
                                   tokens, rotary_dim, theta);
@@ -81,13 +107,22 @@ Tensor rope(const Tensor& x, const RopeTables& tables) {
             "rope: tables must be [T, rotary_dim/2] = ", shape_str(table_shape), " for ",
             describe("x", x), ", got ", describe("cos", tables.cos), ", ",
             describe("sin", tables.sin));
-  check_cpu("rope", x);
+  check_same_device("rope", "x", x, "tables.sin", tables.sin);
+  check_device("rope", x.dtype(), x.device());
   Tensor xc = x.contiguous(), cos = tables.cos.contiguous(), sin = tables.sin.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const kernels::RopeShape shape = rope_shape(x, rotary_dim);
-  VLM_DISPATCH_FLOAT(x.dtype(), "rope", T, [&] {
-    kernels::cpu::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape);
-  });
+  if (x.device().is_cuda()) {
+    with_cuda_type(x.dtype(), "rope", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cuda::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape,
+                                 nullptr);
+    });
+  } else {
+    VLM_DISPATCH_FLOAT(x.dtype(), "rope", T, [&] {
+      kernels::cpu::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape);
+    });
+  }
   if (needs_grad({&x})) {
     auto node = std::make_shared<RopeBackward>();
     node->cos = cos.detach();

@@ -104,10 +104,14 @@ Tensor copy(const Tensor& x) {
     else
       kernels::cpu::copy_strided(out.data_ptr(), x.data_ptr(), x.element_size(), strided_layout(x));
   } else {
-    VLM_CHECK(x.is_contiguous(), "copy: strided CUDA copies are not implemented yet, got ",
-              x.desc());
 #if VLM_WITH_CUDA
-    kernels::cuda::memcpy_d2d(out.data_ptr(), x.data_ptr(), x.nbytes(), nullptr);
+    if (x.is_contiguous())
+      kernels::cuda::memcpy_d2d(out.data_ptr(), x.data_ptr(), x.nbytes(), nullptr);
+    else
+      kernels::cuda::copy_strided(out.data_ptr(), x.data_ptr(), x.element_size(), strided_layout(x),
+                                  nullptr);
+#else
+    check_cpu("copy", x);
 #endif
   }
   if (needs_grad({&x})) record(std::make_shared<IdentityBackward>(), {&x}, {&out});
@@ -116,10 +120,18 @@ Tensor copy(const Tensor& x) {
 
 Tensor cast(const Tensor& x, DType dtype) {
   check_defined("cast", "x", x);
-  check_cpu("cast", x);
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  kernels::cpu::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel());
+  if (x.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    kernels::cuda::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel(), nullptr);
+    check_finite("cast", out);
+#else
+    check_cpu("cast", x);
+#endif
+  } else {
+    kernels::cpu::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel());
+  }
   if (needs_grad({&x}) && is_floating(dtype)) {
     auto node = std::make_shared<CastBackward>();
     node->in_dtype = x.dtype();
@@ -132,8 +144,7 @@ Tensor to_device(const Tensor& x, Device device) {
   check_defined("to_device", "x", x);
   if (x.device() == device) return x;
 #if VLM_WITH_CUDA
-  Tensor xc = x.device().is_cpu() ? x.contiguous() : x;
-  VLM_CHECK(xc.is_contiguous(), "to_device: strided CUDA source ", x.desc());
+  Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
   if (device.is_cuda() && x.device().is_cpu()) {
     kernels::cuda::memcpy_h2d(out.data_ptr(), xc.data_ptr(), x.nbytes(), nullptr);
@@ -314,12 +325,24 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 void copy_(Tensor& dst, const Tensor& src) {
   VLM_CHECK(dst.shape() == src.shape(), "copy_: shape mismatch, ", describe("dst", dst), " vs ",
             describe("src", src));
-  check_cpu("copy_", dst);
-  check_cpu("copy_", src);
   Tensor s = src.dtype() == dst.dtype() ? src : [&] {
     NoGradGuard no_grad;
     return cast(src, dst.dtype());
   }();
+  if (dst.device().is_cuda()) {
+#if VLM_WITH_CUDA
+    NoGradGuard no_grad;
+    Tensor sc = s.to(dst.device()).contiguous();
+    if (dst.is_contiguous())
+      kernels::cuda::memcpy_d2d(dst.data_ptr(), sc.data_ptr(), sc.nbytes(), nullptr);
+    else
+      kernels::cuda::copy_into_strided(dst.data_ptr(), strided_layout(dst), sc.data_ptr(),
+                                       dst.element_size(), nullptr);
+    return;
+#endif
+  }
+  check_cpu("copy_", dst);
+  check_cpu("copy_", src);
   Tensor sc = s.contiguous();
   if (dst.is_contiguous())
     std::memcpy(dst.data_ptr(), sc.data_ptr(), sc.nbytes());

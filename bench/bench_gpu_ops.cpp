@@ -1,0 +1,224 @@
+// GPU op benchmark (CUDA events, median of several runs after a warm-up), each line with a
+// reference from the same run:
+//  * GEMM (bf16 in, fp32 accumulate): our linear() on CUDA tensors vs a direct cuBLASLt call of
+//    the same shape (default heuristic, 32 MiB workspace): TFLOP/s and the ratio;
+//  * attention (flash kernels, one causal document, bf16, head dim 128, 16 query / 8 kv heads) at
+//    4k and 8k tokens: forward and backward TFLOP/s (causal FLOPs: fwd 2·T²·D·Hq, bwd 2.5×fwd);
+//  * RMSNorm forward on CUDA: GB/s (read x + write y) vs a device-to-device copy of the same bytes.
+// Prints one table; an op without a CUDA kernel yet prints "n/a" with the reason.
+//   bench_gpu_ops [--quick]
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cuda_runtime.h"
+#include "src/core/ops.h"
+#include "src/core/ops/norm.h"
+
+using namespace vlm;
+
+namespace {
+
+#define BENCH_CUDA(expr)                                                                           \
+  do {                                                                                             \
+    cudaError_t e_ = (expr);                                                                       \
+    if (e_ != cudaSuccess) VLM_FAIL(#expr, ": ", cudaGetErrorString(e_));                          \
+  } while (0)
+#define BENCH_CUBLAS(expr)                                                                         \
+  do {                                                                                             \
+    cublasStatus_t s_ = (expr);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) VLM_FAIL(#expr, ": ", cublasGetStatusString(s_));             \
+  } while (0)
+
+// Median seconds of `repeats` runs of fn on the default stream, timed with CUDA events.
+double median_seconds(int repeats, const std::function<void()>& fn) {
+  fn();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < repeats; i++) {
+    BENCH_CUDA(cudaEventRecord(a, nullptr));
+    fn();
+    BENCH_CUDA(cudaEventRecord(b, nullptr));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void row(const std::string& name, const std::string& shape, double sec, double rate,
+         const char* unit, const std::string& ref) {
+  std::printf("| %-24s | %-30s | %9.3f ms | %8.2f %-7s | %-34s |\n", name.c_str(), shape.c_str(),
+              sec * 1e3, rate, unit, ref.c_str());
+}
+
+std::string fmt(const char* f, double a, double b = 0) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a, b);
+  return buf;
+}
+
+// Raw cuBLASLt: row-major C[M,N] = A[M,K] · W[N,K]^T in bf16 with fp32 compute, which is
+// column-major C^T[N,M] = W · A^T: cuBLASLt's A = W (op T, stored [K,N] col-major), B = A (op N).
+struct RawGemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  void* workspace = nullptr;
+  size_t ws_bytes = size_t(32) << 20;
+  RawGemm(int64_t M, int64_t N, int64_t K) {
+    BENCH_CUBLAS(cublasLtCreate(&handle));
+    BENCH_CUDA(cudaMalloc(&workspace, ws_bytes));
+    BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(K), uint64_t(N), K));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(K), uint64_t(M), K));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, uint64_t(N), uint64_t(M), N));
+    cublasLtMatmulPreference_t pref = nullptr;
+    BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = ws_bytes;
+    BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    BENCH_CUBLAS(
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &result, &found));
+    VLM_CHECK(found > 0, "no cuBLASLt algorithm");
+    algo = result.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  void run(void* c, const void* a, const void* w) {
+    const float alpha = 1.f, beta = 0.f;
+    BENCH_CUBLAS(cublasLtMatmul(handle, desc, &alpha, w, la, a, lb, &beta, c, lc, c, lc, &algo,
+                                workspace, ws_bytes, nullptr));
+  }
+  ~RawGemm() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    cudaFree(workspace);
+    cublasLtDestroy(handle);
+  }
+};
+
+void bench_gemm(int64_t M, int64_t N, int64_t K, int repeats) {
+  const Device gpu = Device::cuda(0);
+  Rng rng(1);
+  Tensor x = Tensor::randn({M, K}, rng, DType::bf16, 0.1).to(gpu);
+  Tensor w = Tensor::randn({N, K}, rng, DType::bf16, 0.1).to(gpu);
+  Tensor c = Tensor::empty({M, N}, DType::bf16, gpu);
+  NoGradGuard no_grad;
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const double ours = median_seconds(repeats, [&] { linear(x, w, Tensor()); });
+  RawGemm raw(M, N, K);
+  const double ref =
+      median_seconds(repeats, [&] { raw.run(c.data_ptr(), x.data_ptr(), w.data_ptr()); });
+  const std::string shape = fmt("M=%.0f N=%.0f", double(M), double(N)) + fmt(" K=%.0f", double(K));
+  row("gemm bf16 (linear)", shape, ours, flops / ours / 1e12, "TFLOP/s",
+      fmt("cuBLASLt %.1f TFLOP/s, ratio %.2f", flops / ref / 1e12, ref / ours));
+}
+
+void bench_attention(int64_t T, int repeats) {
+  const Device gpu = Device::cuda(0);
+  const int64_t Hq = 16, Hkv = 8, D = 128;
+  Rng rng(2);
+  Tensor q = Tensor::randn({T, Hq, D}, rng, DType::bf16).to(gpu);
+  Tensor k = Tensor::randn({T, Hkv, D}, rng, DType::bf16).to(gpu);
+  Tensor v = Tensor::randn({T, Hkv, D}, rng, DType::bf16).to(gpu);
+  Tensor dout = Tensor::randn({T, Hq, D}, rng, DType::bf16).to(gpu);
+  Tensor out = Tensor::empty({T, Hq, D}, DType::bf16, gpu);
+  Tensor dq = Tensor::empty(q.shape(), DType::bf16, gpu),
+         dk = Tensor::empty(k.shape(), DType::bf16, gpu),
+         dv = Tensor::empty(v.shape(), DType::bf16, gpu);
+  Tensor lse = Tensor::empty({T, Hq}, DType::f32, gpu);
+  const std::vector<int32_t> cu = {0, int32_t(T)};
+  kernels::AttentionShape s;
+  s.tokens = T;
+  s.q_heads = Hq;
+  s.kv_heads = Hkv;
+  s.head_dim = D;
+  s.docs = 1;
+  s.causal = true;
+  s.scale = 1.0 / std::sqrt(double(D));
+  const double fwd_flops = 2.0 * double(T) * double(T) * double(D) * double(Hq); // causal half
+  const double fwd = median_seconds(repeats, [&] {
+    kernels::cuda::attention_fwd<bf16>(out.data<bf16>(), lse.data<float>(), q.data<bf16>(),
+                                       k.data<bf16>(), v.data<bf16>(), cu.data(), s, nullptr);
+  });
+  const double bwd = median_seconds(repeats, [&] {
+    kernels::cuda::attention_bwd<bf16>(
+        dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), dout.data<bf16>(), q.data<bf16>(),
+        k.data<bf16>(), v.data<bf16>(), out.data<bf16>(), lse.data<float>(), cu.data(), s, nullptr);
+  });
+  const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=128", double(T));
+  // H100 anchors (docs/performance-anchors.md §D, causal, hdim 128): FA2 fwd 319 / 333 and
+  // FA3 fwd 579 / 602 TFLOP/s at 4k / 8k; FA2 bwd 310 / 318, FA3 bwd 542 / 559.
+  const bool k8 = T >= 8192;
+  row("attention fwd (causal)", shape, fwd, fwd_flops / fwd / 1e12, "TFLOP/s",
+      k8 ? "H100 FA2 333, FA3 602" : "H100 FA2 319, FA3 579");
+  row("attention bwd (causal)", shape, bwd, 2.5 * fwd_flops / bwd / 1e12, "TFLOP/s",
+      k8 ? "H100 FA2 318, FA3 559" : "H100 FA2 310, FA3 542");
+}
+
+void bench_rmsnorm(int64_t rows, int64_t hidden, int repeats) {
+  const Device gpu = Device::cuda(0);
+  Rng rng(3);
+  Tensor x = Tensor::randn({rows, hidden}, rng, DType::bf16).to(gpu);
+  Tensor w = Tensor::randn({hidden}, rng, DType::bf16).to(gpu);
+  Tensor y = Tensor::empty(x.shape(), DType::bf16, gpu);
+  const double bytes = 2.0 * double(x.nbytes());
+  const double copy = median_seconds(
+      repeats, [&] { kernels::cuda::memcpy_d2d(y.data_ptr(), x.data_ptr(), x.nbytes(), nullptr); });
+  const std::string shape = fmt("rows=%.0f hidden=%.0f", double(rows), double(hidden));
+  NoGradGuard no_grad;
+  try {
+    const double ours = median_seconds(repeats, [&] { rms_norm(x, w, 1e-6); });
+    row("rmsnorm fwd bf16", shape, ours, bytes / ours / 1e9, "GB/s",
+        fmt("d2d copy %.0f GB/s, ratio %.2f", bytes / copy / 1e9, copy / ours));
+  } catch (const Error& e) {
+    std::printf("| %-24s | %-30s | n/a (%s)\n", "rmsnorm fwd bf16", shape.c_str(), e.what());
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (kernels::cuda::device_count() == 0) {
+    std::printf("bench_gpu_ops: %s\n", kernels::cuda::device_query().c_str());
+    return 0;
+  }
+  const int repeats = quick ? 3 : 10;
+  std::printf("| %-24s | %-30s | %12s | %16s | %-34s |\n", "op", "shape", "time", "rate",
+              "reference");
+  try {
+    bench_gemm(4096, 4096, 4096, repeats);
+    bench_gemm(8192, 4096, 12288, repeats);
+    bench_attention(4096, quick ? 2 : 5);
+    bench_attention(8192, quick ? 2 : 3);
+    bench_rmsnorm(16384, 4096, repeats);
+  } catch (const Error& e) {
+    std::printf("bench_gpu_ops: failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,327 @@
+// Softmax cross-entropy (and the chunk kernels of the fused LM head + cross-entropy) on the GPU,
+// declared in kernels/loss.h. Forward: one 256-thread block per
+// row (grid-stride over rows), each thread an online (max, sum-exp) over its columns, combined by a
+// fixed tree; backward: one block per row recomputing softmax from the saved logsumexp.
+#include "kernels/loss.h"
+
+#include <climits>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/load_store.cuh"
+#include "kernels/cuda_runtime.h"
+
+namespace vlm::kernels::cuda {
+namespace {
+
+using namespace ldst;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+template <typename I>
+__global__ void __launch_bounds__(1024)
+    check_labels_kernel(long long* out, const I* labels, int64_t rows, int64_t vocab,
+                        int64_t ignore_index) {
+  __shared__ long long s_valid[1024], s_bad[1024];
+  long long valid = 0, bad = LLONG_MAX;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t l = int64_t(labels[r]);
+    if (l == ignore_index) continue;
+    if (l < 0 || l >= vocab) {
+      bad = bad < r ? bad : r;
+      continue;
+    }
+    valid++;
+  }
+  s_valid[threadIdx.x] = valid;
+  s_bad[threadIdx.x] = bad;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) {
+      s_valid[threadIdx.x] += s_valid[threadIdx.x + w];
+      const long long b = s_bad[threadIdx.x + w];
+      if (b < s_bad[threadIdx.x]) s_bad[threadIdx.x] = b;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[0] = s_valid[0];
+    out[1] = s_bad[0];
+  }
+}
+
+// (m, s) represents s * exp(m); m == -inf means "empty".
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2;
+    s = s2;
+    return;
+  }
+  if (m2 > m) {
+    s = s * expf(m - m2) + s2;
+    m = m2;
+  } else {
+    s += s2 * expf(m2 - m);
+  }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kThreads)
+    ce_fwd_kernel(float* row_loss, float* lse, const T* logits, const I* labels, int64_t rows,
+                  int64_t vocab, int64_t ignore_index) {
+  __shared__ float s_m[kWarps], s_s[kWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * vocab;
+    float m = -INFINITY, s = 0;
+    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+      const float v = ld(x + c);
+      if (v == -INFINITY) continue;
+      if (v > m) {
+        s = (m == -INFINITY ? 0.f : s * expf(m - v)) + 1.f;
+        m = v;
+      } else {
+        s += expf(v - m); // NaN propagates
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+      const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      lse_merge(m, s, m2, s2);
+    }
+    __syncthreads(); // the previous row's readers are done
+    if ((threadIdx.x & 31) == 0) {
+      s_m[threadIdx.x >> 5] = m;
+      s_s[threadIdx.x >> 5] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float M = s_m[0], S = s_s[0];
+      for (int w = 1; w < kWarps; w++) lse_merge(M, S, s_m[w], s_s[w]);
+      // All -inf (or a +inf): the CPU returns the max itself.
+      const float out = isinf(M) ? M : M + logf(S);
+      lse[r] = out;
+      const int64_t l = int64_t(labels[r]);
+      row_loss[r] = l == ignore_index ? 0.f : out - ld(x + l);
+    }
+  }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kThreads)
+    ce_bwd_kernel(T* dlogits, const T* logits, const float* lse, const I* labels,
+                  const float* grad_loss, double scale, int64_t rows, int64_t vocab,
+                  int64_t ignore_index) {
+  const float g = float(double(grad_loss[0]) * scale);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * vocab;
+    T* dx = dlogits + r * vocab;
+    const int64_t l = int64_t(labels[r]);
+    if (l == ignore_index) {
+      for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) st(dx + c, 0.f);
+      continue;
+    }
+    const float m = lse[r];
+    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+      const float p = expf(ld(x + c) - m);
+      st(dx + c, c == l ? (p - 1.f) * g : p * g);
+    }
+  }
+}
+
+__global__ void lce_init_kernel(float* run_max, float* run_sum, int64_t rows) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    run_max[r] = -INFINITY;
+    run_sum[r] = 0.f;
+  }
+}
+
+// One block per row: the chunk's (max, sum-exp) merged into the running pair.
+template <typename T, typename I>
+__global__ void __launch_bounds__(kThreads)
+    lce_chunk_fwd_kernel(float* run_max, float* run_sum, float* target, const T* logits,
+                         const I* labels, int64_t rows, int64_t chunk, int64_t v0,
+                         int64_t ignore_index) {
+  __shared__ float s_m[kWarps], s_s[kWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * chunk;
+    float m = -INFINITY, s = 0;
+    for (int64_t c = threadIdx.x; c < chunk; c += blockDim.x) {
+      const float v = ld(x + c);
+      if (v == -INFINITY) continue;
+      if (v > m) {
+        s = (m == -INFINITY ? 0.f : s * expf(m - v)) + 1.f;
+        m = v;
+      } else {
+        s += expf(v - m);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+      const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      lse_merge(m, s, m2, s2);
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+      s_m[threadIdx.x >> 5] = m;
+      s_s[threadIdx.x >> 5] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float M = run_max[r], S = run_sum[r];
+      for (int w = 0; w < kWarps; w++) lse_merge(M, S, s_m[w], s_s[w]);
+      run_max[r] = M;
+      run_sum[r] = S;
+      const int64_t l = int64_t(labels[r]);
+      if (l != ignore_index && l >= v0 && l < v0 + chunk) target[r] = ld(x + (l - v0));
+    }
+  }
+}
+
+template <typename I>
+__global__ void lce_finish_kernel(float* row_loss, float* lse, const float* run_max,
+                                  const float* run_sum, const float* target, const I* labels,
+                                  int64_t rows, int64_t ignore_index) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const float m = run_max[r];
+    const float out = isinf(m) ? m : m + logf(run_sum[r]);
+    lse[r] = out;
+    row_loss[r] = int64_t(labels[r]) == ignore_index ? 0.f : out - target[r];
+  }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(kThreads)
+    lce_chunk_bwd_kernel(T* dlogits, const T* logits, const float* lse, const I* labels,
+                         const float* grad_loss, double scale, int64_t rows, int64_t chunk,
+                         int64_t v0, int64_t ignore_index) {
+  const float g = float(double(grad_loss[0]) * scale);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * chunk;
+    T* dx = dlogits + r * chunk;
+    const int64_t l = int64_t(labels[r]);
+    if (l == ignore_index) {
+      for (int64_t c = threadIdx.x; c < chunk; c += blockDim.x) st(dx + c, 0.f);
+      continue;
+    }
+    const float m = lse[r];
+    for (int64_t c = threadIdx.x; c < chunk; c += blockDim.x) {
+      const float p = expf(ld(x + c) - m);
+      st(dx + c, v0 + c == l ? (p - 1.f) * g : p * g);
+    }
+  }
+}
+
+__global__ void round_bf16_kernel(__nv_bfloat16* out, const float* in, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+} // namespace
+
+void lce_init(float* run_max, float* run_sum, int64_t rows, void* stream) {
+  if (rows == 0) return;
+  lce_init_kernel<<<grid_blocks(rows, kThreads), kThreads, 0, as_stream(stream)>>>(run_max, run_sum,
+                                                                                   rows);
+  check_last_launch("lce_init");
+}
+
+template <typename T, typename I>
+void lce_chunk_fwd(float* run_max, float* run_sum, float* target, const T* logits, const I* labels,
+                   int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index, void* stream) {
+  if (rows == 0 || chunk == 0) return;
+  lce_chunk_fwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+      run_max, run_sum, target, dptr(logits), labels, rows, chunk, v0, ignore_index);
+  check_last_launch("lce_chunk_fwd");
+}
+
+template <typename I>
+void lce_finish(float* row_loss, float* lse, const float* run_max, const float* run_sum,
+                const float* target, const I* labels, int64_t rows, int64_t ignore_index,
+                void* stream) {
+  if (rows == 0) return;
+  lce_finish_kernel<I><<<grid_blocks(rows, kThreads), kThreads, 0, as_stream(stream)>>>(
+      row_loss, lse, run_max, run_sum, target, labels, rows, ignore_index);
+  check_last_launch("lce_finish");
+}
+
+template <typename T, typename I>
+void lce_chunk_bwd(T* dlogits, const T* logits, const float* lse, const I* labels,
+                   const float* grad_loss, double scale, int64_t rows, int64_t chunk, int64_t v0,
+                   int64_t ignore_index, void* stream) {
+  if (rows == 0 || chunk == 0) return;
+  lce_chunk_bwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+      dptr(dlogits), dptr(logits), lse, labels, grad_loss, scale, rows, chunk, v0, ignore_index);
+  check_last_launch("lce_chunk_bwd");
+}
+
+void round_to_bf16(bf16* out, const float* in, int64_t n, void* stream) {
+  if (n == 0) return;
+  round_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, as_stream(stream)>>>(dptr(out), in, n);
+  check_last_launch("round_to_bf16");
+}
+
+template <typename I>
+int64_t check_labels(const I* labels, int64_t rows, int64_t vocab, int64_t ignore_index,
+                     int64_t* num_valid, void* stream) {
+  *num_valid = 0;
+  if (rows == 0) return -1;
+  cudaStream_t s = as_stream(stream);
+  auto* d_out = static_cast<long long*>(malloc_async(2 * sizeof(long long), s));
+  check_labels_kernel<I><<<1, 1024, 0, s>>>(d_out, labels, rows, vocab, ignore_index);
+  check_last_launch("check_labels");
+  long long h[2] = {0, 0};
+  VLM_CUDA_CHECK(cudaMemcpyAsync(h, d_out, sizeof h, cudaMemcpyDeviceToHost, s));
+  free_async(d_out, s);
+  VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  *num_valid = int64_t(h[0]);
+  return h[1] == LLONG_MAX ? -1 : int64_t(h[1]);
+}
+
+template <typename T, typename I>
+void cross_entropy_fwd(float* row_loss, float* lse, const T* logits, const I* labels, int64_t rows,
+                       int64_t vocab, int64_t ignore_index, void* stream) {
+  if (rows == 0) return;
+  ce_fwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+      row_loss, lse, dptr(logits), labels, rows, vocab, ignore_index);
+  check_last_launch("cross_entropy_fwd");
+}
+
+template <typename T, typename I>
+void cross_entropy_bwd(T* dlogits, const T* logits, const float* lse, const I* labels,
+                       const float* grad_loss, double scale, int64_t rows, int64_t vocab,
+                       int64_t ignore_index, void* stream) {
+  if (rows == 0) return;
+  ce_bwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+      dptr(dlogits), dptr(logits), lse, labels, grad_loss, scale, rows, vocab, ignore_index);
+  check_last_launch("cross_entropy_bwd");
+}
+
+#define VLM_INSTANTIATE(T, I)                                                                      \
+  template void cross_entropy_fwd<T, I>(float*, float*, const T*, const I*, int64_t, int64_t,      \
+                                        int64_t, void*);                                           \
+  template void cross_entropy_bwd<T, I>(T*, const T*, const float*, const I*, const float*,        \
+                                        double, int64_t, int64_t, int64_t, void*);                 \
+  template void lce_chunk_fwd<T, I>(float*, float*, float*, const T*, const I*, int64_t, int64_t,  \
+                                    int64_t, int64_t, void*);                                      \
+  template void lce_chunk_bwd<T, I>(T*, const T*, const float*, const I*, const float*, double,    \
+                                    int64_t, int64_t, int64_t, int64_t, void*);
+VLM_INSTANTIATE(float, int32_t)
+VLM_INSTANTIATE(float, int64_t)
+VLM_INSTANTIATE(vlm::bf16, int32_t)
+VLM_INSTANTIATE(vlm::bf16, int64_t)
+#undef VLM_INSTANTIATE
+
+template void lce_finish<int32_t>(float*, float*, const float*, const float*, const float*,
+                                  const int32_t*, int64_t, int64_t, void*);
+template void lce_finish<int64_t>(float*, float*, const float*, const float*, const float*,
+                                  const int64_t*, int64_t, int64_t, void*);
+template int64_t check_labels<int32_t>(const int32_t*, int64_t, int64_t, int64_t, int64_t*, void*);
+template int64_t check_labels<int64_t>(const int64_t*, int64_t, int64_t, int64_t, int64_t*, void*);
+
+} // namespace vlm::kernels::cuda

@@ -1,0 +1,540 @@
+// RMSNorm (plain, zero-centred, gated) and LayerNorm on the GPU, declared in kernels/norm.h.
+//
+// Row kernels: a row is handled by WPR warps (1 for dim <= 1024, 4 up to 4096, else 8) and a
+// 256-thread block holds 256 / (32 * WPR) rows; blocks loop over row groups (grid-stride), so any
+// number of rows works with a bounded grid. Loads are 16-byte packs when every pointer of the call
+// is 16-byte aligned and dim is a multiple of the pack size, scalar otherwise. Statistics and all
+// arithmetic in fp32; per-row sums by a fixed shuffle tree (deterministic).
+//
+// Parameter gradients: kernel 1 gives each (column, row chunk) one thread that sums its chunk's
+// rows in order into an fp32 partial; kernel 2 sums the partials of a column in chunk order. The
+// chunking depends on (rows, dim) only, so results are bit-identical run to run; no atomics.
+#include "kernels/norm.h"
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/load_store.cuh"
+#include "kernels/cuda_runtime.h"
+
+namespace vlm::kernels::cuda {
+namespace {
+
+using namespace ldst;
+
+constexpr int kThreads = 256;
+
+// Sum over the 32 * WPR threads of a row (threadIdx.x), rows along threadIdx.y. Every thread of
+// the block must call it (it may synchronize the block).
+template <int WPR> __device__ __forceinline__ float row_sum(float v, float* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if constexpr (WPR == 1) {
+    return v;
+  } else {
+    float* s = smem + threadIdx.y * WPR;
+    __syncthreads(); // the previous call's readers are done
+    if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = 0;
+#pragma unroll
+    for (int i = 0; i < WPR; i++) t += s[i];
+    return t;
+  }
+}
+
+__device__ __forceinline__ float sigmoidf(float v) { return 1.f / (1.f + expf(-v)); }
+
+__device__ __forceinline__ float gain(const float* wv, RmsNormWeight mode, int k) {
+  return mode == RmsNormWeight::none ? 1.f : mode == RmsNormWeight::scale ? wv[k] : 1.f + wv[k];
+}
+
+// The row loop shared by every row kernel: calls body(r, valid) for each row of this thread's
+// row slot; `valid` is false for the padding rows of the last group (they must still take part in
+// row_sum).
+#define VLM_ROW_LOOP(rows)                                                                         \
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < (rows);                             \
+       base += int64_t(gridDim.x) * blockDim.y)
+
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    rms_fwd_kernel(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
+                   int64_t dim, float eps) {
+  __shared__ float smem[kThreads / 32];
+  const int64_t step = 32 * WPR * V;
+  VLM_ROW_LOOP(rows) {
+    const int64_t r = base + threadIdx.y;
+    const bool valid = r < rows;
+    const int64_t n = valid ? dim : 0;
+    const T* xr = x + (valid ? r : 0) * dim;
+    float ss = 0;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float v[V];
+      load_vec<T, V>(xr, c, v);
+#pragma unroll
+      for (int k = 0; k < V; k++) ss += v[k] * v[k];
+    }
+    ss = row_sum<WPR>(ss, smem);
+    const float rs = 1.f / sqrtf(ss / float(dim) + eps);
+    if (valid && threadIdx.x == 0) rstd[r] = rs;
+    T* yr = y + (valid ? r : 0) * dim;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float v[V], wv[V], o[V];
+      load_vec<T, V>(xr, c, v);
+      if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float xhat = v[k] * rs;
+        o[k] = mode == RmsNormWeight::none    ? xhat
+               : mode == RmsNormWeight::scale ? wv[k] * round_to<T>(xhat)
+                                              : (1.f + wv[k]) * xhat;
+      }
+      store_vec<T, V>(yr, c, o);
+    }
+  }
+}
+
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    rms_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
+                   RmsNormWeight mode, int64_t rows, int64_t dim) {
+  __shared__ float smem[kThreads / 32];
+  const int64_t step = 32 * WPR * V;
+  VLM_ROW_LOOP(rows) {
+    const int64_t r = base + threadIdx.y;
+    const bool valid = r < rows;
+    const int64_t n = valid ? dim : 0;
+    const T* xr = x + (valid ? r : 0) * dim;
+    const T* dyr = dy + (valid ? r : 0) * dim;
+    const float rs = valid ? rstd[r] : 0.f;
+    float dot = 0;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], gv[V], wv[V];
+      load_vec<T, V>(xr, c, xv);
+      load_vec<T, V>(dyr, c, gv);
+      if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) dot += gv[k] * gain(wv, mode, k) * xv[k] * rs;
+    }
+    dot = row_sum<WPR>(dot, smem);
+    const float cc = dot / float(dim);
+    T* dxr = dx + (valid ? r : 0) * dim;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], gv[V], wv[V], o[V];
+      load_vec<T, V>(xr, c, xv);
+      load_vec<T, V>(dyr, c, gv);
+      if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float a = gv[k] * gain(wv, mode, k);
+        o[k] = rs * (a - xv[k] * rs * cc);
+      }
+      store_vec<T, V>(dxr, c, o);
+    }
+  }
+}
+
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    gated_fwd_kernel(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
+                     int64_t dim, float eps) {
+  __shared__ float smem[kThreads / 32];
+  const int64_t step = 32 * WPR * V;
+  VLM_ROW_LOOP(rows) {
+    const int64_t r = base + threadIdx.y;
+    const bool valid = r < rows;
+    const int64_t n = valid ? dim : 0;
+    const int64_t off = (valid ? r : 0) * dim;
+    float ss = 0;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float v[V];
+      load_vec<T, V>(x + off, c, v);
+#pragma unroll
+      for (int k = 0; k < V; k++) ss += v[k] * v[k];
+    }
+    ss = row_sum<WPR>(ss, smem);
+    const float rs = 1.f / sqrtf(ss / float(dim) + eps);
+    if (valid && threadIdx.x == 0) rstd[r] = rs;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], zv[V], wv[V], o[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(z + off, c, zv);
+      if (w) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float xr = round_to<T>(xv[k] * rs);
+        const float nn = w ? round_to<T>(wv[k] * xr) : xr;
+        o[k] = nn * zv[k] * sigmoidf(zv[k]);
+      }
+      store_vec<T, V>(y + off, c, o);
+    }
+  }
+}
+
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    gated_bwd_kernel(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* w,
+                     const float* rstd, int64_t rows, int64_t dim) {
+  __shared__ float smem[kThreads / 32];
+  const int64_t step = 32 * WPR * V;
+  VLM_ROW_LOOP(rows) {
+    const int64_t r = base + threadIdx.y;
+    const bool valid = r < rows;
+    const int64_t n = valid ? dim : 0;
+    const int64_t off = (valid ? r : 0) * dim;
+    const float rs = valid ? rstd[r] : 0.f;
+    float dot = 0;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], zv[V], gv[V], wv[V], o[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(z + off, c, zv);
+      load_vec<T, V>(dy + off, c, gv);
+      if (w) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float xhat = xv[k] * rs, sig = sigmoidf(zv[k]);
+        const float dn = gv[k] * zv[k] * sig;
+        dot += dn * (w ? wv[k] : 1.f) * xhat;
+        if (dz) {
+          const float dsilu = sig * (1.f + zv[k] * (1.f - sig));
+          const float xr = round_to<T>(xhat);
+          const float nn = w ? round_to<T>(wv[k] * xr) : xr;
+          o[k] = gv[k] * nn * dsilu;
+        }
+      }
+      if (dz) store_vec<T, V>(dz + off, c, o);
+    }
+    dot = row_sum<WPR>(dot, smem);
+    if (!dx) continue; // uniform over the launch
+    const float cc = dot / float(dim);
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], zv[V], gv[V], wv[V], o[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(z + off, c, zv);
+      load_vec<T, V>(dy + off, c, gv);
+      if (w) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float a = gv[k] * zv[k] * sigmoidf(zv[k]) * (w ? wv[k] : 1.f);
+        o[k] = rs * (a - xv[k] * rs * cc);
+      }
+      store_vec<T, V>(dx + off, c, o);
+    }
+  }
+}
+
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    ln_fwd_kernel(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
+                  int64_t dim, float eps) {
+  __shared__ float smem[kThreads / 32];
+  const int64_t step = 32 * WPR * V;
+  VLM_ROW_LOOP(rows) {
+    const int64_t r = base + threadIdx.y;
+    const bool valid = r < rows;
+    const int64_t n = valid ? dim : 0;
+    const int64_t off = (valid ? r : 0) * dim;
+    float s = 0;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float v[V];
+      load_vec<T, V>(x + off, c, v);
+#pragma unroll
+      for (int k = 0; k < V; k++) s += v[k];
+    }
+    const float mu = row_sum<WPR>(s, smem) / float(dim);
+    float ss = 0; // two passes: the variance of centred values does not cancel
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float v[V];
+      load_vec<T, V>(x + off, c, v);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float d = v[k] - mu;
+        ss += d * d;
+      }
+    }
+    ss = row_sum<WPR>(ss, smem);
+    const float rs = 1.f / sqrtf(ss / float(dim) + eps);
+    if (valid && threadIdx.x == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float v[V], wv[V], bv[V], o[V];
+      load_vec<T, V>(x + off, c, v);
+      if (w) load_vec<T, V>(w, c, wv);
+      if (b) load_vec<T, V>(b, c, bv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        float t = (v[k] - mu) * rs;
+        if (w) t *= wv[k];
+        if (b) t += bv[k];
+        o[k] = t;
+      }
+      store_vec<T, V>(y + off, c, o);
+    }
+  }
+}
+
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    ln_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
+                  int64_t rows, int64_t dim) {
+  __shared__ float smem[kThreads / 32];
+  const int64_t step = 32 * WPR * V;
+  VLM_ROW_LOOP(rows) {
+    const int64_t r = base + threadIdx.y;
+    const bool valid = r < rows;
+    const int64_t n = valid ? dim : 0;
+    const int64_t off = (valid ? r : 0) * dim;
+    const float mu = valid ? mean[r] : 0.f, rs = valid ? rstd[r] : 0.f;
+    float sum_a = 0, dot = 0;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], gv[V], wv[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(dy + off, c, gv);
+      if (w) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float xhat = (xv[k] - mu) * rs, a = w ? gv[k] * wv[k] : gv[k];
+        sum_a += a;
+        dot += a * xhat;
+      }
+    }
+    sum_a = row_sum<WPR>(sum_a, smem);
+    dot = row_sum<WPR>(dot, smem);
+    const float mean_a = sum_a / float(dim), mean_ax = dot / float(dim);
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+      float xv[V], gv[V], wv[V], o[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(dy + off, c, gv);
+      if (w) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float xhat = (xv[k] - mu) * rs, a = w ? gv[k] * wv[k] : gv[k];
+        o[k] = rs * (a - mean_a - xhat * mean_ax);
+      }
+      store_vec<T, V>(dx + off, c, o);
+    }
+  }
+}
+
+// --- parameter gradients ------------------------------------------------------------------------
+
+enum class ParamKind { rms, gated, layer };
+
+constexpr int kColThreads = 256;
+
+// partial_w[c * dim + j] (=) and partial_b likewise: sums over the rows of chunk c, in row order.
+template <typename T, ParamKind K>
+__global__ void __launch_bounds__(kColThreads)
+    param_partials_kernel(float* partial_w, float* partial_b, const T* dy, const T* x, const T* z,
+                          const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                          int64_t chunk) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  const int64_t c = blockIdx.y;
+  const int64_t begin = c * chunk, end = begin + chunk < rows ? begin + chunk : rows;
+  float sw = 0, sb = 0;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t i = r * dim + j;
+    const float g = ld(dy + i), rs = rstd[r];
+    if constexpr (K == ParamKind::rms) {
+      sw += g * ld(x + i) * rs;
+    } else if constexpr (K == ParamKind::gated) {
+      const float zj = ld(z + i);
+      sw += g * zj * sigmoidf(zj) * (ld(x + i) * rs);
+    } else {
+      sw += g * ((ld(x + i) - mean[r]) * rs);
+      sb += g;
+    }
+  }
+  if (partial_w) partial_w[c * dim + j] = sw;
+  if (partial_b) partial_b[c * dim + j] = sb;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kColThreads)
+    param_finish_kernel(T* out, const float* partial, int64_t chunks, int64_t dim) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  float s = 0;
+  for (int64_t c = 0; c < chunks; c++) s += partial[c * dim + j];
+  st(out + j, s);
+}
+
+// dw (and db) from the rows; any of them may be null. rows == 0 gives zeros.
+template <ParamKind K, typename T>
+void param_grads(T* dw, T* db, const T* dy, const T* x, const T* z, const float* mean,
+                 const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream,
+                 const char* op) {
+  if (!dw && !db) return;
+  if (rows == 0) {
+    if (dw) VLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(dim) * sizeof(T), stream));
+    if (db) VLM_CUDA_CHECK(cudaMemsetAsync(db, 0, size_t(dim) * sizeof(T), stream));
+    return;
+  }
+  const int64_t col_blocks = (dim + kColThreads - 1) / kColThreads;
+  int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(1024, 2048 / col_blocks));
+  chunks = std::min(chunks, (rows + 15) / 16); // at least ~16 rows per chunk
+  chunks = std::max<int64_t>(chunks, 1);
+  const int64_t chunk = (rows + chunks - 1) / chunks;
+  chunks = (rows + chunk - 1) / chunk;
+  const size_t part_bytes = size_t(chunks * dim) * sizeof(float);
+  float* pw = dw ? static_cast<float*>(malloc_async(part_bytes, stream)) : nullptr;
+  float* pb = db ? static_cast<float*>(malloc_async(part_bytes, stream)) : nullptr;
+  const dim3 grid{unsigned(col_blocks), unsigned(chunks), 1u};
+  param_partials_kernel<cuda_t<T>, K><<<grid, kColThreads, 0, stream>>>(
+      pw, pb, dptr(dy), dptr(x), dptr(z), mean, rstd, rows, dim, chunk);
+  check_last_launch(op);
+  if (dw) {
+    param_finish_kernel<<<unsigned(col_blocks), kColThreads, 0, stream>>>(dptr(dw), pw, chunks,
+                                                                          dim);
+    check_last_launch(op);
+  }
+  if (db) {
+    param_finish_kernel<<<unsigned(col_blocks), kColThreads, 0, stream>>>(dptr(db), pb, chunks,
+                                                                          dim);
+    check_last_launch(op);
+  }
+  free_async(pw, stream);
+  free_async(pb, stream);
+}
+
+// Launches kernel<T, WPR, V> for the row layout of `dim`, picking the vector width from the
+// alignment of `ptrs`. `launch` is called as launch(kernel_selector) with the block shape.
+template <typename T> int vec_width(int64_t dim, std::initializer_list<const void*> ptrs) {
+  constexpr int V = int(16 / sizeof(T));
+  if (dim % V != 0) return 1;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return 1;
+  return V;
+}
+
+int warps_per_row(int64_t dim) { return dim <= 1024 ? 1 : dim <= 4096 ? 4 : 8; }
+
+// Calls f(std::integral_constant<int, WPR>, std::integral_constant<int, V>, grid, block).
+template <typename T, typename F> void dispatch_rows(int64_t rows, int64_t dim, int vec, F&& f) {
+  const int wpr = warps_per_row(dim);
+  const int rows_per_block = kThreads / (32 * wpr);
+  const dim3 block(unsigned(32 * wpr), unsigned(rows_per_block));
+  const unsigned grid = grid_blocks(rows, rows_per_block);
+  constexpr int VV = int(16 / sizeof(T));
+  auto with_wpr = [&](auto w) {
+    if (vec == VV)
+      f(w, std::integral_constant<int, VV>{}, grid, block);
+    else
+      f(w, std::integral_constant<int, 1>{}, grid, block);
+  };
+  if (wpr == 1)
+    with_wpr(std::integral_constant<int, 1>{});
+  else if (wpr == 4)
+    with_wpr(std::integral_constant<int, 4>{});
+  else
+    with_wpr(std::integral_constant<int, 8>{});
+}
+
+} // namespace
+
+template <typename T>
+void rms_norm_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
+                  int64_t dim, double eps, void* stream) {
+  if (rows == 0) return;
+  const int vec = vec_width<T>(dim, {y, x, mode == RmsNormWeight::none ? nullptr : w});
+  dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
+    rms_fwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
+        <<<grid, block, 0, as_stream(stream)>>>(dptr(y), rstd, dptr(x), dptr(w), mode, rows, dim,
+                                                float(eps));
+  });
+  check_last_launch("rms_norm_fwd");
+}
+
+template <typename T>
+void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float* rstd,
+                  RmsNormWeight mode, int64_t rows, int64_t dim, void* stream) {
+  if (dx && rows > 0) {
+    const int vec = vec_width<T>(dim, {dx, dy, x, mode == RmsNormWeight::none ? nullptr : w});
+    dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
+      rms_bwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
+          <<<grid, block, 0, as_stream(stream)>>>(dptr(dx), dptr(dy), dptr(x), dptr(w), rstd, mode,
+                                                  rows, dim);
+    });
+    check_last_launch("rms_norm_bwd");
+  }
+  param_grads<ParamKind::rms, T>(dw, nullptr, dy, x, nullptr, nullptr, rstd, rows, dim,
+                                 as_stream(stream), "rms_norm_bwd (dw)");
+}
+
+template <typename T>
+void rms_norm_gated_fwd(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
+                        int64_t dim, double eps, void* stream) {
+  if (rows == 0) return;
+  const int vec = vec_width<T>(dim, {y, x, z, w});
+  dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
+    gated_fwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
+        <<<grid, block, 0, as_stream(stream)>>>(dptr(y), rstd, dptr(x), dptr(z), dptr(w), rows, dim,
+                                                float(eps));
+  });
+  check_last_launch("rms_norm_gated_fwd");
+}
+
+template <typename T>
+void rms_norm_gated_bwd(T* dx, T* dz, T* dw, const T* dy, const T* x, const T* z, const T* w,
+                        const float* rstd, int64_t rows, int64_t dim, void* stream) {
+  if ((dx || dz) && rows > 0) {
+    const int vec = vec_width<T>(dim, {dx, dz, dy, x, z, w});
+    dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
+      gated_bwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
+          <<<grid, block, 0, as_stream(stream)>>>(dptr(dx), dptr(dz), dptr(dy), dptr(x), dptr(z),
+                                                  dptr(w), rstd, rows, dim);
+    });
+    check_last_launch("rms_norm_gated_bwd");
+  }
+  param_grads<ParamKind::gated, T>(dw, nullptr, dy, x, z, nullptr, rstd, rows, dim,
+                                   as_stream(stream), "rms_norm_gated_bwd (dw)");
+}
+
+template <typename T>
+void layer_norm_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b,
+                    int64_t rows, int64_t dim, double eps, void* stream) {
+  if (rows == 0) return;
+  const int vec = vec_width<T>(dim, {y, x, w, b});
+  dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
+    ln_fwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
+        <<<grid, block, 0, as_stream(stream)>>>(dptr(y), mean, rstd, dptr(x), dptr(w), dptr(b),
+                                                rows, dim, float(eps));
+  });
+  check_last_launch("layer_norm_fwd");
+}
+
+template <typename T>
+void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const float* mean,
+                    const float* rstd, int64_t rows, int64_t dim, void* stream) {
+  if (dx && rows > 0) {
+    const int vec = vec_width<T>(dim, {dx, dy, x, w});
+    dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
+      ln_bwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
+          <<<grid, block, 0, as_stream(stream)>>>(dptr(dx), dptr(dy), dptr(x), dptr(w), mean, rstd,
+                                                  rows, dim);
+    });
+    check_last_launch("layer_norm_bwd");
+  }
+  param_grads<ParamKind::layer, T>(dw, db, dy, x, nullptr, mean, rstd, rows, dim, as_stream(stream),
+                                   "layer_norm_bwd (dw, db)");
+}
+
+#define VLM_INSTANTIATE(T)                                                                         \
+  template void rms_norm_fwd<T>(T*, float*, const T*, const T*, RmsNormWeight, int64_t, int64_t,   \
+                                double, void*);                                                    \
+  template void rms_norm_bwd<T>(T*, T*, const T*, const T*, const T*, const float*, RmsNormWeight, \
+                                int64_t, int64_t, void*);                                          \
+  template void rms_norm_gated_fwd<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t,  \
+                                      double, void*);                                              \
+  template void rms_norm_gated_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*,          \
+                                      const float*, int64_t, int64_t, void*);                      \
+  template void layer_norm_fwd<T>(T*, float*, float*, const T*, const T*, const T*, int64_t,       \
+                                  int64_t, double, void*);                                         \
+  template void layer_norm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const float*,          \
+                                  const float*, int64_t, int64_t, void*);
+VLM_INSTANTIATE(float)
+VLM_INSTANTIATE(vlm::bf16)
+#undef VLM_INSTANTIATE
+
+} // namespace vlm::kernels::cuda

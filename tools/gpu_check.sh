@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# The GPU check for a machine with an NVIDIA GPU (sized to finish in < 8 minutes on one H200):
+#   1. prints nvidia-smi and, once built, `vlmtrain device-query`;
+#   2. checks the prerequisites (cmake, nvcc, OpenBLAS, Catch2; MPI and HDF5 are reported only)
+#      and says what is missing;
+#   3. builds with -DVLM_CUDA=ON into build-gpu/ (only what the check runs);
+#   4. runs `ctest -L gpu` with VLM_SYNC=1 (asynchronous faults reported at the op that caused
+#      them); fails if a GPU test fails, or is skipped while a GPU is visible;
+#   5. runs compute-sanitizer memcheck on one small attention test when the tool exists;
+#   6. runs the GPU benchmarks (build-gpu/bench/*gpu*) and prints their tables;
+#   7. prints a summary table. Exit status 0 only when steps 3-6 pass.
+#   tools/gpu_check.sh [--build-dir DIR] [--quick]      (VLM_BUILD_JOBS: build parallelism)
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="$root/build-gpu"
+quick=""
+while (($#)); do
+  case "$1" in
+  --build-dir)
+    build_dir="$2"
+    shift
+    ;;
+  --quick) quick="--quick" ;;
+  *)
+    echo "usage: tools/gpu_check.sh [--build-dir DIR] [--quick]" >&2
+    exit 2
+    ;;
+  esac
+  shift
+done
+export PATH="$PATH:/usr/local/cuda/bin"
+log_dir="$build_dir/gpu_check_logs"
+summary=()
+failed=0
+start_all=$SECONDS
+
+record() { # record <step> <PASS|FAIL|SKIP|WARN> <seconds> <note>
+  summary+=("$(printf '| %-22s | %-4s | %6ss | %s' "$1" "$2" "$3" "$4")")
+  [[ $2 == FAIL ]] && failed=1
+  return 0
+}
+
+# --- 1. the machine ---------------------------------------------------------------------------
+if command -v nvidia-smi >/dev/null; then
+  echo "nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+    --format=csv,noheader 2>&1 | paste -sd ';')"
+  nvidia-smi 2>&1 | sed 's/^/  /'
+else
+  echo "nvidia-smi: not found"
+fi
+have_gpu=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  have_gpu=1
+fi
+
+# --- 2. prerequisites ---------------------------------------------------------------------------
+missing=()
+warn=()
+command -v cmake >/dev/null || missing+=("cmake (apt-get install cmake)")
+command -v nvcc >/dev/null || missing+=("nvcc (CUDA toolkit in /usr/local/cuda)")
+command -v ninja >/dev/null || warn+=("ninja (falls back to make)")
+if ! ldconfig -p 2>/dev/null | grep -q 'libopenblas' && ! pkg-config --exists openblas 2>/dev/null; then
+  missing+=("OpenBLAS (libopenblas-dev libopenblas-openmp-dev)")
+fi
+have() { # have <file>...: true when any of the files exists
+  local f
+  for f in "$@"; do [[ -e $f ]] && return 0; done
+  return 1
+}
+have /usr/include/catch2/catch.hpp /usr/local/include/catch2/catch.hpp || missing+=("Catch2 v2 (catch2)")
+command -v mpicc >/dev/null || command -v mpicxx >/dev/null || warn+=("MPI (libopenmpi-dev openmpi-bin)")
+if ! command -v h5pcc >/dev/null && ! command -v h5cc >/dev/null &&
+  ! pkg-config --exists hdf5 hdf5-openmpi 2>/dev/null &&
+  ! have /usr/include/hdf5/openmpi/hdf5.h /usr/include/hdf5/serial/hdf5.h /usr/include/hdf5.h; then
+  warn+=("HDF5 (libhdf5-openmpi-dev)")
+fi
+for lib in cudnn nccl; do
+  ldconfig -p 2>/dev/null | grep -q "lib$lib" || compgen -G "/usr/local/cuda/lib*/lib$lib.so*" >/dev/null ||
+    missing+=("lib$lib (into the CUDA toolkit, or set ${lib^^}_ROOT)")
+done
+if ((${#missing[@]})); then
+  printf 'prerequisites: MISSING %s\n' "${missing[@]}"
+  record prerequisites FAIL 0 "missing: $(IFS=', '; echo "${missing[*]}")"
+else
+  record prerequisites PASS 0 "cmake, nvcc, OpenBLAS, Catch2, cuDNN, NCCL found"
+fi
+((${#warn[@]})) && printf 'prerequisites: not found (not needed by this check) %s\n' "${warn[@]}" &&
+  record "optional deps" WARN 0 "not found: $(IFS=', '; echo "${warn[*]}")"
+
+# --- 3. build -----------------------------------------------------------------------------------
+mkdir -p "$log_dir"
+t0=$SECONDS
+jobs="${VLM_BUILD_JOBS:-$(nproc)}"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+built=0
+if ((${#missing[@]} == 0)) &&
+  cmake -S "$root" -B "$build_dir" "${generator[@]}" -DVLM_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+    >"$log_dir/configure.log" 2>&1; then
+  targets=(test_gpu vlmtrain)
+  compgen -G "$root/bench/*gpu*" >/dev/null && targets+=(bench_gpu_ops)
+  if timeout 420 cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" \
+    >"$log_dir/build.log" 2>&1; then
+    built=1
+    record build PASS $((SECONDS - t0)) "${targets[*]} in $build_dir"
+  else
+    tail -30 "$log_dir/build.log"
+    record build FAIL $((SECONDS - t0)) "see $log_dir/build.log"
+  fi
+else
+  [[ -f $log_dir/configure.log ]] && tail -30 "$log_dir/configure.log"
+  record build FAIL $((SECONDS - t0)) "configure failed or prerequisites missing"
+fi
+if ((built)); then
+  echo "device-query: $("$build_dir/vlmtrain" device-query 2>&1 | paste -sd ' ')"
+fi
+
+# --- 4. ctest -L gpu ----------------------------------------------------------------------------
+if ((built)); then
+  t0=$SECONDS
+  VLM_SYNC=1 timeout 300 ctest --test-dir "$build_dir" -L gpu --output-on-failure -j 4 \
+    >"$log_dir/ctest.log" 2>&1
+  rc=$?
+  total=$(grep -Eo 'out of [0-9]+' "$log_dir/ctest.log" | tail -1 | grep -Eo '[0-9]+')
+  skipped=$(grep -c '\*\*\*Skipped' "$log_dir/ctest.log")
+  failing=$(grep -E 'Failed|Exception|Timeout|Not Run' "$log_dir/ctest.log" | grep -c 'Test *#')
+  grep -E 'Test *#' "$log_dir/ctest.log" | sed 's/^/  /'
+  note="${total:-0} tests, $failing failed, $skipped skipped"
+  if ((rc == 124)); then
+    record "ctest -L gpu" FAIL $((SECONDS - t0)) "timed out after 300 s; $note"
+  elif ((rc != 0 || failing > 0)) || [[ -z $total || $total == 0 ]]; then
+    grep -A40 -E '\*\*\*Failed|\*\*\*Exception' "$log_dir/ctest.log" | head -80
+    record "ctest -L gpu" FAIL $((SECONDS - t0)) "$note (log: $log_dir/ctest.log)"
+  elif ((have_gpu && skipped > 0)); then
+    grep -B2 -A3 'SKIPPED' "$log_dir/ctest.log" | head -20
+    record "ctest -L gpu" FAIL $((SECONDS - t0)) "$note: a GPU is visible, nothing may skip"
+  elif ((!have_gpu)); then
+    record "ctest -L gpu" WARN $((SECONDS - t0)) "$note (no GPU visible)"
+  else
+    record "ctest -L gpu" PASS $((SECONDS - t0)) "$note"
+  fi
+else
+  record "ctest -L gpu" FAIL 0 "not built"
+fi
+
+# --- 5. compute-sanitizer on one small attention test ------------------------------------------
+sanitizer=$(command -v compute-sanitizer || true)
+if ((built && have_gpu)) && [[ -n $sanitizer ]]; then
+  t0=$SECONDS
+  timeout 150 "$sanitizer" --tool memcheck --error-exitcode 3 "$build_dir/tests/test_gpu" \
+    "gpu attention: odd head dims and a single long document" >"$log_dir/memcheck.log" 2>&1
+  rc=$?
+  if ((rc == 0)); then
+    record "memcheck attention" PASS $((SECONDS - t0)) "no memory errors"
+  elif ((rc == 124)); then
+    record "memcheck attention" WARN $((SECONDS - t0)) "timed out (not counted)"
+  else
+    tail -40 "$log_dir/memcheck.log"
+    record "memcheck attention" FAIL $((SECONDS - t0)) "see $log_dir/memcheck.log"
+  fi
+else
+  record "memcheck attention" SKIP 0 "needs a GPU, the build and compute-sanitizer"
+fi
+
+# --- 6. benchmarks ------------------------------------------------------------------------------
+benches=()
+if ((built)); then
+  for b in "$build_dir"/bench/*gpu*; do [[ -x $b && -f $b ]] && benches+=("$b"); done
+fi
+if ((${#benches[@]} == 0)); then
+  record benchmarks SKIP 0 "no build-gpu/bench/*gpu* binary"
+fi
+for b in "${benches[@]}"; do
+  t0=$SECONDS
+  name=$(basename "$b")
+  echo "== $name =="
+  if timeout 180 "$b" $quick 2>&1 | tee "$log_dir/$name.log"; then
+    record "$name" PASS $((SECONDS - t0)) "table above; log $log_dir/$name.log"
+  else
+    record "$name" FAIL $((SECONDS - t0)) "failed or timed out (180 s)"
+  fi
+done
+
+# --- 7. summary ---------------------------------------------------------------------------------
+echo
+printf '| %-22s | %-4s | %7s | %s\n' step res time note
+printf '%s\n' "${summary[@]}"
+echo "gpu_check: $([[ $failed == 0 ]] && echo PASS || echo FAIL) in $((SECONDS - start_all)) s"
+exit $failed
