@@ -25,7 +25,7 @@ jobs="${VLM_BUILD_JOBS:-$(nproc)}"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
-  cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_args[@]}"
+  cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
 elif ((${#cmake_args[@]})); then
   cmake "$build_dir" "${cmake_args[@]}"
 fi
