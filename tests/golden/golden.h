@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -37,11 +38,16 @@ private:
 };
 
 // Max-norm relative error: max|a - b| / max|b|.
+// A NaN or Inf on either side gives +inf unless both sides hold the same non-finite value.
 inline double rel_error(const Tensor& actual, const Tensor& expected) {
   REQUIRE(actual.shape() == expected.shape());
-  auto a = actual.to_doubles(), b = expected.to_doubles();
+  auto a = actual.to(Device::cpu()).to_doubles(), b = expected.to(Device::cpu()).to_doubles();
   double diff = 0, ref = 0;
   for (size_t i = 0; i < a.size(); i++) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      if ((std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i]) continue;
+      return INFINITY;
+    }
     diff = std::max(diff, std::abs(a[i] - b[i]));
     ref = std::max(ref, std::abs(b[i]));
   }

@@ -3,15 +3,15 @@
 #include <catch2/catch.hpp>
 
 #include "src/core/ops.h"
+#include "tests/gpu/gpu_testing.h"
 #include "tests/skip.h"
 
 using namespace vlm;
 
-namespace {
-void require_device() {
-  if (cuda_device_count() == 0) VLM_SKIP(cuda_device_query().c_str());
-}
-} // namespace
+using vlm::testing::rel_err;
+using vlm::testing::require_device;
+
+namespace {} // namespace
 
 TEST_CASE("cuda tensor: host -> device -> host round trip keeps every value", "[gpu]") {
   require_device();

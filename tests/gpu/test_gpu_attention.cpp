@@ -32,32 +32,17 @@
 #include "src/core/ops.h"
 #include "src/core/ops/attention.h"
 #include "tests/error_of.h"
+#include "tests/gpu/gpu_testing.h"
 
 using namespace vlm;
 namespace kc = vlm::kernels::cuda;
 
+using vlm::testing::rel_err;
+using vlm::testing::require_device;
+
 namespace {
 
-void require_device() {
-  if (cuda_device_count() == 0) VLM_SKIP(cuda_device_query().c_str());
-}
-
 const Device kGpu = Device::cuda(0);
-
-double rel_err(const Tensor& got, const Tensor& want) {
-  REQUIRE(got.defined());
-  REQUIRE(want.defined());
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<double> a = got.to(Device::cpu()).to_doubles();
-  const std::vector<double> b = want.to(Device::cpu()).to_doubles();
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    ref = std::max(ref, std::abs(b[i]));
-  }
-  return ref > 0 ? diff / ref : diff;
-}
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.to(Device::cpu()).to_doubles() == b.to(Device::cpu()).to_doubles();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "src/core/ops.h"
+#include "tests/gpu/gpu_testing.h"
 #include "tests/gradcheck.h"
 #include "tests/skip.h"
 
@@ -29,11 +30,10 @@ using namespace vlm;
 using testing::leaf;
 using testing::max_rel_error;
 
-namespace {
+using vlm::testing::rel_err;
+using vlm::testing::require_device;
 
-void require_device() {
-  if (cuda_device_count() == 0) VLM_SKIP(cuda_device_query().c_str());
-}
+namespace {
 
 const Device kGpu = Device::cuda(0);
 

@@ -14,16 +14,16 @@
 #include "src/optim/adamw.h"
 #include "src/optim/grad_clip.h"
 #include "tests/error_of.h"
+#include "tests/gpu/gpu_testing.h"
 #include "tests/gradcheck.h"
 #include "tests/skip.h"
 
 using namespace vlm;
 
-namespace {
+using vlm::testing::rel_err;
+using vlm::testing::require_device;
 
-void require_device() {
-  if (cuda_device_count() == 0) VLM_SKIP(cuda_device_query().c_str());
-}
+namespace {
 
 const Device kGpu = Device::cuda(0);
 
