@@ -17,6 +17,7 @@
 
 #include "io/brace_expand.h"
 #include "io/tar.h"
+#include "io/yaml.h"
 #include "src/base/logging.h"
 
 namespace vlm::io {
@@ -49,23 +50,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-YAML::Node load_yaml(const std::string& path) {
-  try {
-    return YAML::Load(read_text(path));
-  } catch (const YAML::Exception& e) {
-    VLM_FAIL("cannot parse YAML '", path, "': ", e.what());
-  }
-}
-
-// A YAML scalar as text; collections are written in flow style (subflavor values may be any).
-std::string yaml_text(const YAML::Node& n) {
-  if (n.IsNull()) return "null";
-  if (n.IsScalar()) return n.Scalar();
-  YAML::Emitter em;
-  em << YAML::Flow << n;
-  return em.c_str();
 }
 
 std::string quoted_list(const std::vector<std::string>& names, size_t max = 10) {

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/yaml.h"
 #include "src/base/check.h"
 
 namespace vlm::io {
@@ -81,26 +82,6 @@ Scalar cast_scalar(const YAML::Node& n) {
     out.i = v;
   }
   return out;
-}
-
-std::string yaml_text(const YAML::Node& n) {
-  if (n.IsNull()) return "null";
-  if (n.IsScalar()) return n.Scalar();
-  YAML::Emitter em;
-  em << YAML::Flow << n;
-  return em.c_str();
-}
-
-YAML::Node load_yaml_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  VLM_CHECK(in, "cannot read metadataset '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  try {
-    return YAML::Load(ss.str());
-  } catch (const YAML::Exception& e) {
-    VLM_FAIL("cannot parse metadataset YAML '", path, "': ", e.what());
-  }
 }
 
 void check_keys(const YAML::Node& n, const Where& w, const std::set<std::string>& allowed) {
@@ -229,7 +210,7 @@ private:
     VLM_CHECK(int(stack_.size()) < kMaxNesting, "metadataset nesting deeper than ", kMaxNesting,
               " at '", file, "' (a cycle?)", from);
     stack_.push_back(file);
-    YAML::Node doc = load_yaml_file(file);
+    YAML::Node doc = load_yaml(file, "metadataset");
     Where w{file, ""};
     VLM_CHECK(doc.IsMap(), "metadataset '", file, "' must be a mapping");
     check_keys(doc, w, {"splits"});

@@ -12,6 +12,21 @@ namespace vlm::kernels {
 // gelu_erf is the exact erf form, gelu_tanh the tanh approximation (torch approximate="tanh").
 enum class UnaryOp : uint8_t { sigmoid, silu, gelu_erf, gelu_tanh, exp, log, rsqrt, square };
 
+// The op's name in messages ("sigmoid", "gelu(tanh)", ...).
+inline const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+  case UnaryOp::sigmoid: return "sigmoid";
+  case UnaryOp::silu: return "silu";
+  case UnaryOp::gelu_erf: return "gelu";
+  case UnaryOp::gelu_tanh: return "gelu(tanh)";
+  case UnaryOp::exp: return "exp";
+  case UnaryOp::log: return "log";
+  case UnaryOp::rsqrt: return "rsqrt";
+  case UnaryOp::square: return "square";
+  }
+  return "unary";
+}
+
 namespace cpu {
 
 // out[i] = f(x[i]) for n elements (=); out may alias x.

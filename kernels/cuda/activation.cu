@@ -131,20 +131,6 @@ __global__ void softmax_bwd_kernel(T* dx, const T* dy, const T* y, int64_t cols)
     dx[off + c] = from_f32<T>(to_f32(y[off + c]) * (to_f32(dy[off + c]) - dot));
 }
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-  case UnaryOp::sigmoid: return "sigmoid";
-  case UnaryOp::silu: return "silu";
-  case UnaryOp::gelu_erf: return "gelu";
-  case UnaryOp::gelu_tanh: return "gelu(tanh)";
-  case UnaryOp::exp: return "exp";
-  case UnaryOp::log: return "log";
-  case UnaryOp::rsqrt: return "rsqrt";
-  case UnaryOp::square: return "square";
-  }
-  return "unary";
-}
-
 int softmax_threads(int64_t cols) {
   return cols <= 128 ? 32 : cols <= 1024 ? 128 : cols <= 4096 ? 256 : 512;
 }
@@ -158,14 +144,15 @@ void check_rows(const char* op, int64_t rows, int64_t cols) {
 
 void unary_fwd(UnaryOp op, DType t, void* out, const void* x, int64_t n, void* stream) {
   with_op(op, [&](auto kOp) {
-    launch_flat<1, 1>(unary_name(op), t, {out}, {x}, n, stream, UnaryFwd<decltype(kOp)::value>{});
+    launch_flat<1, 1>(unary_op_name(op), t, {out}, {x}, n, stream,
+                      UnaryFwd<decltype(kOp)::value>{});
   });
 }
 
 void unary_bwd(UnaryOp op, DType t, void* dx, const void* dy, const void* x, int64_t n,
                void* stream) {
   with_op(op, [&](auto kOp) {
-    launch_flat<2, 1>(unary_name(op), t, {dx}, {dy, x}, n, stream,
+    launch_flat<2, 1>(unary_op_name(op), t, {dx}, {dy, x}, n, stream,
                       UnaryBwd<decltype(kOp)::value>{});
   });
 }

@@ -12,20 +12,6 @@ using kernels::UnaryOp;
 
 namespace {
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-  case UnaryOp::sigmoid: return "sigmoid";
-  case UnaryOp::silu: return "silu";
-  case UnaryOp::gelu_erf: return "gelu";
-  case UnaryOp::gelu_tanh: return "gelu(tanh)";
-  case UnaryOp::exp: return "exp";
-  case UnaryOp::log: return "log";
-  case UnaryOp::rsqrt: return "rsqrt";
-  case UnaryOp::square: return "square";
-  }
-  return "unary";
-}
-
 // One node type for every unary op: the kernel recomputes f'(x) from the saved input.
 struct UnaryBackward final : Node {
   UnaryOp op;
@@ -64,7 +50,7 @@ struct UnaryBackward final : Node {
 };
 
 Tensor unary(UnaryOp op, const Tensor& x_in) {
-  const char* op_name = unary_name(op);
+  const char* op_name = unary_op_name(op);
   check_float(op_name, "x", x_in);
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
