@@ -1,10 +1,6 @@
 #include "src/core/ops/matmul.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <string>
-#include <utility>
 
 #include "kernels/gemm.h"
 #if VLM_WITH_CUDA
@@ -30,20 +26,6 @@ kernels::cuda::GemmType cuda_gemm_type(const char* op, const Tensor& t) {
   return t.dtype() == DType::f32 ? kernels::cuda::GemmType::f32 : kernels::cuda::GemmType::bf16;
 }
 #endif
-
-// A contiguous [n] vector of ones on a CUDA device (the bias broadcast and bias gradient as
-// rank-1 GEMMs): views of one cached buffer per (device, dtype), regrown when too short, so
-// steady-state calls copy nothing. Cached tensors are never freed (like the cuBLASLt caches:
-// freeing device memory from static destructors races with the CUDA runtime's teardown).
-Tensor cuda_ones(int64_t n, DType dtype, Device device) {
-  static std::mutex mu;
-  static auto* cache = new std::map<std::pair<std::string, DType>, Tensor>();
-  std::lock_guard<std::mutex> lock(mu);
-  Tensor& t = (*cache)[{device.str(), dtype}];
-  if (!t.defined() || t.numel() < n)
-    t = Tensor::ones({std::max<int64_t>(n, t.defined() ? 2 * t.numel() : 0)}, dtype, device);
-  return t.as_strided({n}, {1}, t.offset());
-}
 
 // c = op(a) op(b) + beta * c on contiguous tensors of one dtype and device. On CUDA through
 // cuBLASLt (kernels/cuda_gemm.h): fp32 accumulation, each output rounded to the dtype once.
@@ -134,14 +116,7 @@ struct LinearBackward final : Node {
       gw = Tensor::empty(w.shape(), w.dtype(), w.device());
       gemm(gw, g, x2, mm(out, in, rows, true, false)); // g^T · x
     }
-    if (has_bias && needs_input_grad(2)) {
-      if (g.device().is_cuda()) { // column sums as ones[1, rows] · g (fp32 accumulation)
-        gbias = Tensor::empty({out}, g.dtype(), g.device());
-        gemm(gbias, cuda_ones(rows, g.dtype(), g.device()), g, mm(1, out, rows));
-      } else {
-        gbias = sum(g, {0});
-      }
-    }
+    if (has_bias && needs_input_grad(2)) gbias = sum(g, {0});
     return {gx, gw, gbias};
   }
   void release() override { x2 = w = Tensor(); }
@@ -207,12 +182,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   out_shape.back() = out_f;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   float beta = 0.f;
-  if (bias.defined() && x.device().is_cuda()) {
+  if (bias.defined()) { // start from the broadcast bias and accumulate the product onto it
     check_same_device("linear", "x", x, "bias", bias);
-    // The broadcast bias as the exact rank-1 product ones[rows, 1] · bias[1, out].
-    gemm(out, cuda_ones(rows, x.dtype(), x.device()), bias.contiguous(), mm(rows, out_f, 1));
-    beta = 1.f;
-  } else if (bias.defined()) { // start from the broadcast bias and accumulate the product onto it
     NoGradGuard no_grad;
     Tensor view = reshape(out, {rows, out_f});
     copy_(view, expand(bias, {rows, out_f}));
