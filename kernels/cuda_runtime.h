@@ -42,6 +42,22 @@ void memcpy_d2d(void* dst, const void* src, size_t bytes, void* stream);
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* p);
 
+// Events, for stream-ordered reuse of host buffers and for timing. An event is an opaque `void*`
+// (a cudaEvent_t). event_create(true) makes a timing event; false a cheaper one without timing.
+void* event_create(bool timing);
+void event_destroy(void* event);
+void event_record(void* event, void* stream);
+// True once all work captured by the last event_record has finished (never recorded: true).
+bool event_done(void* event);
+void event_synchronize(void* event);
+// Milliseconds between two recorded timing events (after both have completed).
+float event_elapsed_ms(void* start, void* end);
+
+// Dense bf16 tensor-core peak of `device` in TFLOP/s (no sparsity), from its compute capability
+// and name: H100/H200/GH200 SXM 989.4, H100 PCIe 756.5, A100 312, L40S 362; 0 when unknown. The
+// trainer's MFU uses it when logging.peak_tflops = 0.
+double peak_bf16_tflops(int device);
+
 // Call after every kernel launch: throws naming `op` if the launch failed. With VLM_SYNC=1 in
 // the environment it also synchronizes the device, so an asynchronous fault is reported at the
 // op that caused it rather than at some later call.

@@ -52,9 +52,40 @@ TextBatch text_batch_from_labels(const Tensor& input_ids, const Tensor& labels,
 }
 
 int64_t count_targets(const TextBatch& batch) {
+  if (batch.num_targets >= 0) return batch.num_targets;
   int64_t n = 0;
   for (double v : batch.targets.to_doubles()) n += v != -100;
   return n;
+}
+
+TextBatch to_device(const TextBatch& b, Device device) {
+  NoGradGuard no_grad;
+  TextBatch out;
+  out.num_targets = count_targets(b);
+  out.cu_seqlens = b.cu_seqlens.to(Device::cpu());
+  const int64_t T = b.input_ids.numel();
+  if (device.is_cpu()) {
+    out.input_ids = b.input_ids.to(Device::cpu());
+    out.targets = b.targets.defined() ? b.targets.to(Device::cpu()) : Tensor();
+    out.position_ids = b.position_ids.to(Device::cpu());
+    return out;
+  }
+  // Rows of one i64 staging tensor: ids, positions, targets (when present).
+  const bool has_targets = b.targets.defined();
+  Tensor staging = Tensor::empty_pinned({has_targets ? 3 : 2, T}, DType::i64);
+  const Tensor* rows[] = {&b.input_ids, &b.position_ids, &b.targets};
+  for (int64_t r = 0; r < staging.size(0); r++) {
+    VLM_CHECK(rows[r]->numel() == T, "to_device: the batch's tensors differ in length: ",
+              describe("input_ids", b.input_ids), ", ", rows[r]->desc());
+    Tensor dst = reshape(slice(staging, 0, r, r + 1), {T});
+    copy_(dst, reshape(rows[r]->to(Device::cpu()), {T}).to(DType::i64));
+  }
+  Tensor on_device = staging.to(device);
+  auto row = [&](int64_t r) { return reshape(slice(on_device, 0, r, r + 1), {T}); };
+  out.input_ids = row(0);
+  out.position_ids = row(1);
+  if (has_targets) out.targets = row(2);
+  return out;
 }
 
 const char* activation_checkpointing_name(ActivationCheckpointing ac) {
@@ -228,14 +259,24 @@ Tensor Qwen3ForCausalLM::logits(const TextBatch& b, const ForwardOptions& option
 
 // The cross-entropy op reads bf16 logits and computes in fp32 — the same numbers as HF's
 // logits.float() followed by the loss, without an fp32 copy of the [T, vocab] logits.
+Tensor Qwen3ForCausalLM::head_loss(const TextBatch& b, const ForwardOptions& options,
+                                   bool mean) const {
+  VLM_CHECK(b.targets.defined(), "Qwen3ForCausalLM: the batch has no targets for the loss");
+  VLM_CHECK(options.loss_vocab_chunk >= 0, "Qwen3ForCausalLM: loss_vocab_chunk must be >= 0, got ",
+            options.loss_vocab_chunk);
+  const Reduction r = mean ? Reduction::mean : Reduction::sum;
+  if (options.loss_vocab_chunk > 0)
+    return linear_cross_entropy(hidden_states(b, options), lm_head_weight(), b.targets, -100, r,
+                                options.loss_vocab_chunk);
+  return cross_entropy(head_logits(b, options), b.targets, -100, r);
+}
+
 Tensor Qwen3ForCausalLM::loss_sum(const TextBatch& b, const ForwardOptions& options) const {
-  VLM_CHECK(b.targets.defined(), "Qwen3ForCausalLM::loss_sum: the batch has no targets");
-  return cross_entropy_sum(head_logits(b, options), b.targets).loss_sum;
+  return head_loss(b, options, /*mean=*/false);
 }
 
 Tensor Qwen3ForCausalLM::loss(const TextBatch& b, const ForwardOptions& options) const {
-  VLM_CHECK(b.targets.defined(), "Qwen3ForCausalLM::loss: the batch has no targets");
-  return cross_entropy(head_logits(b, options), b.targets);
+  return head_loss(b, options, /*mean=*/true);
 }
 
 CausalLMOutput Qwen3ForCausalLM::forward(const TextBatch& b, const ForwardOptions& options) const {

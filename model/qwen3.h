@@ -40,6 +40,9 @@ struct TextBatch {
   Tensor targets;
   Tensor position_ids; // [T] i64 (i32 accepted), restarting at 0 per document
   Tensor cu_seqlens;   // [docs + 1] i32, 0 = cu_seqlens[0] <= ... <= cu_seqlens[docs] = T
+  // Targets that are not -100, counted on the host before a move to a GPU (to_device); -1 =
+  // count them from `targets` when asked.
+  int64_t num_targets = -1;
 };
 
 // From HF-aligned labels (unshifted: labels[t] belongs to input_ids[t], the loss scores position t
@@ -50,8 +53,13 @@ struct TextBatch {
 // positions and i32 cu_seqlens.
 TextBatch text_batch_from_labels(const Tensor& input_ids, const Tensor& labels,
                                  const Tensor& position_ids, const Tensor& cu_seqlens);
-// Targets that are not -100.
+// Targets that are not -100 (batch.num_targets when it is set).
 int64_t count_targets(const TextBatch& batch);
+
+// The batch for a model on `device`: input ids, targets and position ids go there in one
+// asynchronous copy from a pinned staging buffer (Tensor::empty_pinned); cu_seqlens stays on the
+// CPU, where attention reads its offsets without a synchronization; num_targets is set.
+TextBatch to_device(const TextBatch& batch, Device device);
 
 // Activation checkpointing of the decoder layers:
 //   off       everything the backward needs stays in memory;
@@ -72,6 +80,10 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& name);
 
 struct ForwardOptions {
   ActivationCheckpointing ac = ActivationCheckpointing::off;
+  // Loss only (loss_sum / loss): 0 = head logits [T, vocab] then cross-entropy (fastest);
+  // N > 0 = the head fused with the loss in vocabulary chunks of N rows (linear_cross_entropy),
+  // never holding [T, vocab] logits — for large vocabularies or long rows (memory).
+  int64_t loss_vocab_chunk = 0;
 };
 
 // Logits and loss of one forward pass.
@@ -134,6 +146,8 @@ private:
   void check_batch(const TextBatch& batch) const;
   // Head logits [T, vocab] in the parameter dtype.
   Tensor head_logits(const TextBatch& batch, const ForwardOptions& options) const;
+  // Summed (or mean) token cross-entropy, chunked or not by options.loss_vocab_chunk.
+  Tensor head_loss(const TextBatch& batch, const ForwardOptions& options, bool mean) const;
 
   Qwen3Config config_;
   DType dtype_;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "kernels/cuda/check.cuh"
 #include "src/base/env.h"
@@ -201,6 +202,55 @@ void* host_alloc_pinned(size_t bytes) {
 
 void host_free_pinned(void* p) {
   if (p) VLM_CUDA_CHECK(cudaFreeHost(p));
+}
+
+void* event_create(bool timing) {
+  cudaEvent_t e = nullptr;
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return e;
+}
+
+void event_destroy(void* event) {
+  if (event) VLM_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+void event_record(void* event, void* stream) {
+  VLM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), as_stream(stream)));
+}
+
+bool event_done(void* event) {
+  cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  VLM_CUDA_CHECK(e);
+  return true;
+}
+
+void event_synchronize(void* event) {
+  VLM_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+float event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  VLM_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+double peak_bf16_tflops(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const std::string name = prop.name;
+  const bool pcie = name.find("PCIe") != std::string::npos;
+  if (prop.major == 9 && prop.minor == 0) return pcie ? 756.5 : 989.4; // H100, H200, GH200
+  if (prop.major == 8 && prop.minor == 0) return 312.0;                // A100
+  if (prop.major == 8 && prop.minor == 9 && name.find("L40S") != std::string::npos) return 362.1;
+  return 0;
 }
 
 void check_last_launch(const char* op) {

@@ -124,6 +124,87 @@ public:
 private:
   int index_;
 };
+
+// Blocks of a power-of-two size class, each with the event recorded when it was last freed.
+class PinnedHostAllocator final : public Allocator {
+public:
+  ~PinnedHostAllocator() override { empty_cache(); }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    const size_t cls = size_class(bytes);
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& blocks = free_[cls];
+      for (size_t i = 0; i < blocks.size(); i++) {
+        if (!kernels::cuda::event_done(blocks[i].event)) continue;
+        p = blocks[i].ptr;
+        events_[p] = blocks[i].event;
+        blocks.erase(blocks.begin() + std::ptrdiff_t(i));
+        cached_ -= cls;
+        break;
+      }
+    }
+    if (!p) p = kernels::cuda::host_alloc_pinned(cls);
+    record_alloc(bytes);
+    return p;
+  }
+
+  void deallocate(void* p, size_t bytes) override {
+    if (!p) return;
+    record_free(bytes);
+    const size_t cls = size_class(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    void*& event = events_[p];
+    if (!event) event = kernels::cuda::event_create(false);
+    kernels::cuda::event_record(event, nullptr);
+    if (cached_ + cls > kMaxCached) { // over the bound: wait for the copies, then release
+      kernels::cuda::event_synchronize(event);
+      kernels::cuda::event_destroy(event);
+      events_.erase(p);
+      kernels::cuda::host_free_pinned(p);
+      return;
+    }
+    free_[cls].push_back({p, event});
+    events_.erase(p);
+    cached_ += cls;
+  }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [cls, blocks] : free_)
+      for (const Block& b : blocks) {
+        kernels::cuda::event_synchronize(b.event);
+        kernels::cuda::event_destroy(b.event);
+        kernels::cuda::host_free_pinned(b.ptr);
+      }
+    free_.clear();
+    cached_ = 0;
+  }
+  size_t cached_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  Device device() const override { return Device::cpu(); }
+
+private:
+  static constexpr size_t kMaxCached = size_t(2) << 30;
+  static size_t size_class(size_t bytes) {
+    size_t pow2 = 4096;
+    while (pow2 < bytes) pow2 <<= 1;
+    return pow2;
+  }
+
+  struct Block {
+    void* ptr;
+    void* event;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<size_t, std::vector<Block>> free_;
+  std::unordered_map<void*, void*> events_; // blocks in use -> their event (created at first free)
+  size_t cached_ = 0;
+};
 #endif
 
 } // namespace
@@ -145,6 +226,16 @@ Allocator& allocator_for(Device d) {
 #else
   VLM_FAIL("device ", d.str(), " requested but ", cuda_device_query());
 #endif
+}
+
+Allocator& pinned_host_allocator() {
+#if VLM_WITH_CUDA
+  if (cuda_device_count() > 0) {
+    static PinnedHostAllocator pinned;
+    return pinned;
+  }
+#endif
+  return allocator_for(Device::cpu());
 }
 
 } // namespace vlm

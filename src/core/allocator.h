@@ -45,4 +45,10 @@ private:
 // The process-wide allocator for a device (created on first use).
 Allocator& allocator_for(Device d);
 
+// Page-locked host memory (device CPU) for batches on their way to a GPU: copies out of it are
+// truly asynchronous. A freed block is reused only after the work queued on the default stream
+// when it was freed has finished, so an H2D copy still reading it is never overwritten. Without a
+// CUDA device this is allocator_for(Device::cpu()).
+Allocator& pinned_host_allocator();
+
 } // namespace vlm

@@ -1,5 +1,7 @@
 #include "src/core/device.h"
 
+#include "src/base/check.h"
+
 #if VLM_WITH_CUDA
 #include "kernels/cuda_runtime.h"
 #endif
@@ -8,6 +10,15 @@ namespace vlm {
 
 std::string Device::str() const {
   return type == DeviceType::CPU ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device::cuda(std::stoi(text.substr(5)));
+  VLM_FAIL("unknown device '", text, "' (valid: cpu, cuda, cuda:N)");
 }
 
 bool cuda_built() {
@@ -24,6 +35,15 @@ int cuda_device_count() {
 #else
   return 0;
 #endif
+}
+
+double device_peak_tflops(Device device) {
+#if VLM_WITH_CUDA
+  if (device.is_cuda() && device.index < cuda_device_count())
+    return kernels::cuda::peak_bf16_tflops(device.index);
+#endif
+  (void)device;
+  return 0;
 }
 
 std::string cuda_device_query() {

@@ -20,10 +20,16 @@ struct Device {
   std::string str() const;
 };
 
+// "cpu", "cuda" (= cuda:0) or "cuda:N"; anything else throws naming the text.
+Device parse_device(const std::string& text);
+
 // True when this binary was built with the CUDA backend.
 bool cuda_built();
 // Number of usable CUDA devices; 0 when built without CUDA or when no device/driver is present.
 int cuda_device_count();
+// Dense bf16 peak TFLOP/s of a device, for MFU (kernels/cuda_runtime.h); 0 for the CPU or an
+// unknown GPU.
+double device_peak_tflops(Device device);
 // A human-readable description: the devices, or "no CUDA device: <reason>".
 std::string cuda_device_query();
 

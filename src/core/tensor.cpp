@@ -16,6 +16,10 @@ Storage::Storage(size_t n, Device d) : nbytes(n), device(d), allocator(&allocato
   data = allocator->allocate(n);
 }
 
+Storage::Storage(size_t n, Allocator& a) : nbytes(n), device(a.device()), allocator(&a) {
+  data = allocator->allocate(n);
+}
+
 Storage::Storage(void* borrowed, size_t n, Device d, std::shared_ptr<void> keep)
     : data(borrowed), nbytes(n), device(d), keepalive(std::move(keep)) {}
 
@@ -40,6 +44,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape) VLM_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
   size_t bytes = size_t(vlm::numel(shape)) * dtype_size(dtype);
   return Tensor(make_impl(std::make_shared<Storage>(bytes, device), shape, dtype));
+}
+
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  for (auto d : shape)
+    VLM_CHECK(d >= 0, "empty_pinned: negative dimension in shape ", shape_str(shape));
+  size_t bytes = size_t(vlm::numel(shape)) * dtype_size(dtype);
+  return Tensor(make_impl(std::make_shared<Storage>(bytes, pinned_host_allocator()), shape, dtype));
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {

@@ -30,6 +30,7 @@ struct Storage {
   std::shared_ptr<void> keepalive;
 
   Storage(size_t nbytes, Device device);
+  Storage(size_t nbytes, Allocator& allocator); // on allocator.device()
   Storage(void* borrowed, size_t nbytes, Device device, std::shared_ptr<void> keepalive);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -58,6 +59,9 @@ public:
   // --- creation --------------------------------------------------------------------------------
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A CPU tensor in page-locked memory (pinned_host_allocator()): copies from it to a GPU are
+  // asynchronous. Plain CPU memory when there is no CUDA device.
+  static Tensor empty_pinned(const Shape& shape, DType dtype);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
                      Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu()) {

@@ -1,6 +1,7 @@
 #include "src/nn/module.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "src/core/autograd.h"
@@ -246,6 +247,24 @@ void Module::materialize(Device device) {
       s.spec.materialized = true;
     }
     s.tensor.set_name(r.full_name);
+  }
+}
+
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  std::vector<SlotRef> all;
+  collect_slots("", all); // every slot, tied duplicates included
+  std::unordered_map<const TensorImpl*, Tensor> moved;
+  for (const auto& r : all) {
+    Tensor& t = r.slot->tensor;
+    if (!t.defined() || t.device() == device) continue;
+    auto [it, fresh] = moved.try_emplace(t.impl_ptr().get());
+    if (fresh) {
+      it->second = t.detach().to(device);
+      it->second.set_requires_grad(t.requires_grad());
+      it->second.set_name(t.name());
+    }
+    t = it->second;
   }
 }
 

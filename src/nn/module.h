@@ -98,6 +98,11 @@ public:
   // Allocates every declared parameter not yet materialized (zeros, requires_grad as declared)
   // and sets each tensor's name to its full dotted name relative to this module.
   void materialize(Device device = Device::cpu());
+  // Moves every materialized parameter to `device` (new leaves with the same names, values and
+  // requires_grad; gradients are dropped; a tied parameter stays one tensor). Weights are
+  // initialized or loaded on the CPU and then moved: init rules and safetensors work on the host.
+  // Tensors taken from parameters() before the move keep pointing at the old copies.
+  void to(Device device);
   // Fills every parameter by its rule. One base seed is drawn from rng; each parameter then gets
   // its own stream keyed by its full name, so its values depend only on (seed, name, shape) —
   // not on which other parameters exist or on their order. Same seed -> same values.

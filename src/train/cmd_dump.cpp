@@ -21,6 +21,7 @@ const char* kUsage = R"(usage: vlmtrain dump --model DIR --batch FILE --out FILE
   --grads                also run backward and write the gradients
   --dtype f32|bf16       parameter and compute dtype (default f32; logits and loss are f32)
   --ac off|full|selective  activation checkpointing (default off; results are identical)
+  --device cpu|cuda[:N]  where to run (default cpu)
   --export DIR           also write the loaded model as an HF snapshot to DIR (same dtype)
 )";
 
@@ -61,9 +62,10 @@ DumpResult run_dump(const DumpOptions& o) {
   const model::Qwen3Config cfg = model::Qwen3Config::load(o.model_dir);
   model::Qwen3ForCausalLM net(cfg, o.dtype);
   model::load_hf_weights(net, o.model_dir);
-  const model::TextBatch batch = read_text_batch(o.batch_path);
-  log_info("dump: ", cfg.summary(), " in ", dtype_name(o.dtype), ", ", batch.input_ids.numel(),
-           " tokens, ", batch.cu_seqlens.numel() - 1, " documents, ac ",
+  net.to(o.device);
+  const model::TextBatch batch = model::to_device(read_text_batch(o.batch_path), o.device);
+  log_info("dump: ", cfg.summary(), " in ", dtype_name(o.dtype), " on ", o.device.str(), ", ",
+           batch.input_ids.numel(), " tokens, ", batch.cu_seqlens.numel() - 1, " documents, ac ",
            model::activation_checkpointing_name(o.ac));
 
   model::ForwardOptions fo;
@@ -82,7 +84,7 @@ DumpResult run_dump(const DumpOptions& o) {
   std::vector<Tensor> keep;
   std::vector<io::TensorInfo> infos;
   auto add = [&](const std::string& name, const Tensor& t) {
-    Tensor c = t.detach().to(DType::f32).contiguous();
+    Tensor c = t.detach().to(Device::cpu()).to(DType::f32).contiguous();
     keep.push_back(c);
     infos.push_back({name, DType::f32, c.shape(), c.data_ptr(), c.nbytes()});
   };
@@ -98,7 +100,8 @@ DumpResult run_dump(const DumpOptions& o) {
                         {{"model", o.model_dir},
                          {"batch", o.batch_path},
                          {"dtype", dtype_name(o.dtype)},
-                         {"ac", model::activation_checkpointing_name(o.ac)}});
+                         {"ac", model::activation_checkpointing_name(o.ac)},
+                         {"device", o.device.str()}});
   if (!o.export_dir.empty()) model::save_hf_snapshot(net, cfg, o.export_dir, o.dtype, o.model_dir);
 
   DumpResult r;
@@ -130,6 +133,8 @@ int cmd_dump(const std::vector<std::string>& args) {
       o.dtype = parse_dtype(value());
     else if (a == "--ac")
       o.ac = model::parse_activation_checkpointing(value());
+    else if (a == "--device")
+      o.device = parse_device(value());
     else if (a == "--export")
       o.export_dir = value();
     else if (a == "--help" || a == "-h") {

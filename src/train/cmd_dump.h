@@ -3,7 +3,8 @@
 // (tools/golden/gen_qwen3.py makes the references, tools/golden/check_export.py compares).
 //
 //   vlmtrain dump --model DIR --batch FILE --out FILE [--grads] [--dtype f32|bf16]
-//                 [--ac off|full|selective] [--export DIR]
+//                 [--ac off|full|selective] [--device cpu|cuda[:N]]
+//                 [--export DIR]
 //
 // The batch file holds input_ids [T] or [1, T] (i64 or i32), labels (HF-aligned, unshifted, -100
 // = ignored, same shape), position_ids (same shape) and cu_seqlens [docs + 1] (i32 or i64). VLM
@@ -27,6 +28,7 @@ struct DumpOptions {
   DType dtype = DType::f32; // parameter / compute dtype (f32 or bf16)
   model::ActivationCheckpointing ac = model::ActivationCheckpointing::off;
   std::string export_dir; // also write the loaded model back as an HF snapshot ("" = no)
+  Device device = Device::cpu();
 };
 
 // Reads a batch file (see above) into a TextBatch; errors name the file and the key.

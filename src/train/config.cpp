@@ -17,10 +17,21 @@
 #include <toml++/toml.h>
 
 #include "src/base/logging.h"
+#include "src/core/device.h"
 
 namespace vlm::train {
 
 namespace {
+
+// "" or why `text` is not a device name (validation reports it against the key).
+std::string device_error(const std::string& text) {
+  try {
+    parse_device(text);
+    return "";
+  } catch (const Error&) {
+    return "must be cpu, cuda or cuda:N";
+  }
+}
 
 // --- enums: canonical names (first) and aliases --------------------------------------------------
 
@@ -711,6 +722,8 @@ public:
     check(accumulation_error(t.tpi_multiplier, nullptr).empty(), "training.tpi_multiplier",
           accumulation_error(t.tpi_multiplier, nullptr));
     check(t.micro_batch_rows >= 1, "training.micro_batch_rows", "must be >= 1");
+    check(t.loss_vocab_chunk >= 0, "training.loss_vocab_chunk", "must be >= 0 (0 = unchunked)");
+    check(device_error(t.device).empty(), "training.device", device_error(t.device));
     check(t.param_dtype == DType::f32 || t.param_dtype == DType::bf16, "training.param_dtype",
           "must be bf16 or f32");
     check(t.eval_steps >= 0, "training.eval_steps", "must be >= 0 (0 = no evaluation)");

@@ -82,6 +82,8 @@ const char* data_parallel_name(DataParallel d);
 
 #define VLM_TRAIN_CONFIG_TRAINING(X)                                                               \
   X(int64_t, seed, 42, "seed of the random init and the data order; the same on every rank")       \
+  X(std::string, device, "cpu",                                                                    \
+    "where the model trains: cpu, cuda (= cuda:0) or cuda:N")                                      \
   X(int64_t, total_steps, 1000,                                                                    \
     "optimizer steps to train; also the LR schedule length; a final checkpoint is saved")          \
   X(int64_t, warmup_steps, 50,                                                                     \
@@ -113,6 +115,8 @@ const char* data_parallel_name(DataParallel d);
     "parameter and compute dtype (reference: bfloat16); master weights, AdamW states: f32")        \
   X(AcMode, ac_mode, AcMode::off,                                                                  \
     "activation checkpointing per decoder layer; selective keeps matmul outputs (= sac)")          \
+  X(int64_t, loss_vocab_chunk, 0,                                                                  \
+    "0: LM head logits then the loss; N: head + loss fused over N-row vocab chunks (less memory)") \
   X(bool, random_init, false,                                                                      \
     "start from the HF random init, not the weights in model_dir (always true with a preset)")     \
   X(int64_t, eval_steps, 0,                                                                        \

@@ -27,6 +27,7 @@ TrainStepper::TrainStepper(const TrainConfig& config,
                            std::shared_ptr<model::Qwen3ForCausalLM> model)
     : config_(config), model_(std::move(model)), schedule_(lr_schedule_config(config)) {
   const TrainingOptions& t = config.training;
+  forward_.loss_vocab_chunk = t.loss_vocab_chunk;
   forward_.ac = t.ac_mode == AcMode::full        ? model::ActivationCheckpointing::full
                 : t.ac_mode == AcMode::selective ? model::ActivationCheckpointing::selective
                                                  : model::ActivationCheckpointing::off;
@@ -75,12 +76,15 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::TextBatch>& 
   }
 
   const double scale = 1.0 / double(s.targets);
-  double loss_sum = 0;
+  // The losses are read after every backward was queued: item() waits for a GPU.
+  std::vector<Tensor> losses;
   for (const auto& b : micro_batches) {
     Tensor l = model_->loss_sum(b, forward_);
-    loss_sum += l.item();
     affine(l, scale).backward();
+    losses.push_back(l.detach());
   }
+  double loss_sum = 0;
+  for (const Tensor& l : losses) loss_sum += l.item();
   s.loss = loss_sum * scale;
 
   const double max_norm = config_.training.max_grad_norm;
@@ -114,7 +118,7 @@ TrainStepper::evaluate(const std::vector<model::TextBatch>& batches) const {
   double loss_sum = 0;
   int64_t targets = 0;
   for (const auto& b : batches) {
-    loss_sum += model_->loss_sum(b).item();
+    loss_sum += model_->loss_sum(b, forward_).item();
     targets += model::count_targets(b);
   }
   return {loss_sum, targets};

@@ -81,7 +81,7 @@ struct MicroBatch {
 };
 
 std::optional<MicroBatch> next_micro_batch(io::DataLoader& loader, int64_t rows,
-                                           const model::Qwen3Config& mc) {
+                                           const model::Qwen3Config& mc, Device device) {
   std::vector<io::PackedRow> got;
   MicroBatch mb;
   for (int64_t r = 0; r < rows; r++) {
@@ -92,7 +92,7 @@ std::optional<MicroBatch> next_micro_batch(io::DataLoader& loader, int64_t rows,
     mb.flops += model::qwen3_training_flops(mc, row->cu_seqlens, row->num_docs).total();
     got.push_back(std::move(*row));
   }
-  mb.batch = text_batch_from_rows(got);
+  mb.batch = model::to_device(text_batch_from_rows(got), device);
   return mb;
 }
 
@@ -105,6 +105,7 @@ TrainSummary run_training(const TrainConfig& c) {
 
   io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
   const model::Qwen3Config mc = model_config(c, tok);
+  const Device device = parse_device(t.device);
   auto model = std::make_shared<model::Qwen3ForCausalLM>(mc, t.param_dtype);
   if (t.random_init || !c.model.preset.empty()) {
     Rng rng(uint64_t(t.seed));
@@ -112,6 +113,10 @@ TrainSummary run_training(const TrainConfig& c) {
   } else {
     model::load_hf_weights(*model, c.model.model_dir);
   }
+  model->to(device); // initialized or loaded on the host (Module::to)
+  const double peak_tflops =
+      c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device);
+  Allocator& device_memory = allocator_for(device);
   TrainStepper stepper(c, model);
   const std::vector<int> pattern = accumulation_pattern(t.tpi_multiplier);
 
@@ -127,15 +132,15 @@ TrainSummary run_training(const TrainConfig& c) {
   MetricsLog metrics(c.logging.metrics_file);
   log_info("train: ", c.model.model_name.empty() ? mc.summary() : c.model.model_name, ", ",
            model->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
-           t.total_steps, " steps of ", c.data.seq_len, "-token rows x ", t.micro_batch_rows,
-           " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
+           t.total_steps, " steps on ", device.str(), " of ", c.data.seq_len, "-token rows x ",
+           t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
 
   TrainSummary sum;
   auto evaluate = [&](int64_t step) {
     auto val = val_loader();
     std::vector<model::TextBatch> batches;
     for (int64_t i = 0; t.eval_batches == 0 || i < t.eval_batches; i++) {
-      auto mb = next_micro_batch(*val, t.micro_batch_rows, mc);
+      auto mb = next_micro_batch(*val, t.micro_batch_rows, mc, device);
       if (!mb) break;
       batches.push_back(std::move(mb->batch));
     }
@@ -164,7 +169,7 @@ TrainSummary run_training(const TrainConfig& c) {
     std::vector<model::TextBatch> batches;
     StepRecord rec;
     for (int m = 0; m < micro; m++) {
-      auto mb = next_micro_batch(loader, t.micro_batch_rows, mc);
+      auto mb = next_micro_batch(loader, t.micro_batch_rows, mc, device);
       VLM_CHECK(mb, "train step ", step + 1, ": data.train_split '", c.data.train_split,
                 "' ended (data.epochs = ", c.data.epochs,
                 ") before training.total_steps = ", t.total_steps);
@@ -176,8 +181,8 @@ TrainSummary run_training(const TrainConfig& c) {
     rec.stats = stepper.step(step, batches);
     rec.seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     rec.elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    rec.peak_memory_bytes = int64_t(allocator_for(Device::cpu()).stats().peak_bytes);
-    rec.peak_tflops = c.logging.peak_tflops;
+    rec.peak_memory_bytes = int64_t(device_memory.stats().peak_bytes);
+    rec.peak_tflops = peak_tflops;
     metrics.write_step(rec);
     sum.real_tokens += rec.real_tokens;
     sum.padded_tokens += rec.padded_tokens;
@@ -216,9 +221,8 @@ TrainSummary run_training(const TrainConfig& c) {
               100.0 * double(sum.padded_tokens) /
                   double(std::max<int64_t>(1, sum.real_tokens + sum.padded_tokens)),
               double(sum.real_tokens) / std::max(train_s, 1e-9),
-              double(allocator_for(Device::cpu()).stats().peak_bytes) / (1 << 20),
-              (long long)sum.skipped_steps, sum.final_checkpoint.c_str(),
-              c.logging.metrics_file.c_str());
+              double(device_memory.stats().peak_bytes) / (1 << 20), (long long)sum.skipped_steps,
+              sum.final_checkpoint.c_str(), c.logging.metrics_file.c_str());
   return sum;
 }
 

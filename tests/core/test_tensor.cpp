@@ -61,3 +61,24 @@ TEST_CASE("device: query reports the CUDA state cleanly", "[core]") {
   CHECK_FALSE(q.empty());
   if (cuda_device_count() == 0) CHECK(q.find("no CUDA device") != std::string::npos);
 }
+
+TEST_CASE("device: parse_device reads cpu, cuda, cuda:N and names bad text", "[core]") {
+  CHECK(parse_device("cpu") == Device::cpu());
+  CHECK(parse_device("cuda") == Device::cuda(0));
+  CHECK(parse_device("cuda:3") == Device::cuda(3));
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "cuda:123456"})
+    CHECK_THROWS_WITH(parse_device(bad), Catch::Contains(std::string("unknown device '") + bad));
+  CHECK(device_peak_tflops(Device::cpu()) == 0.0);
+}
+
+TEST_CASE("tensor: empty_pinned gives host memory that copies like any CPU tensor", "[core]") {
+  Tensor p = Tensor::empty_pinned({5, 7}, DType::i64);
+  CHECK(p.device() == Device::cpu());
+  CHECK(p.is_contiguous());
+  Tensor src = Tensor::from_doubles(std::vector<double>(35, 3.0), {5, 7}, DType::i64);
+  copy_(p, src);
+  CHECK(p.to_doubles() == src.to_doubles());
+  CHECK(Tensor::empty_pinned({0}, DType::f32).numel() == 0);
+  // Without a GPU pinned memory is the plain CPU allocator; with one it is its own.
+  CHECK((&pinned_host_allocator() == &allocator_for(Device::cpu())) == (cuda_device_count() == 0));
+}

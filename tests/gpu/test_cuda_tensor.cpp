@@ -2,7 +2,9 @@
 // allocator's accounting. Skips (exit 77) with the device query text when there is no device.
 #include <catch2/catch.hpp>
 
+#include "kernels/cuda_runtime.h"
 #include "src/core/ops.h"
+#include "src/nn/module.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tests/skip.h"
 
@@ -10,8 +12,6 @@ using namespace vlm;
 
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
-
-namespace {} // namespace
 
 TEST_CASE("cuda tensor: host -> device -> host round trip keeps every value", "[gpu]") {
   require_device();
@@ -43,4 +43,72 @@ TEST_CASE("cuda tensor: gradients flow back across a device move", "[gpu]") {
   Tensor y = x.to(Device::cuda(0)).to(Device::cpu());
   sum(mul(y, y)).backward();
   CHECK(x.grad().to_doubles() == std::vector<double>{2, 4, 6});
+}
+
+TEST_CASE("cuda tensor: Module::to moves parameters, keeping names, ties and requires_grad",
+          "[gpu]") {
+  require_device();
+  nn::Module m;
+  auto emb = m.register_module("embed", std::make_shared<nn::Module>());
+  auto head = m.register_module("head", std::make_shared<nn::Module>());
+  Tensor w = Tensor::from_doubles({1, 2, 3, 4, 5, 6}, {3, 2}, DType::bf16);
+  emb->register_parameter("weight", w);
+  head->register_parameter("weight", w); // tied
+  head->declare_parameter("bias", {3}, nn::Init::constant(0.5));
+  m.materialize();
+  Rng rng(1);
+  m.initialize(rng);
+  m.find_parameter("head.bias").set_requires_grad(false);
+  m.to(Device::cuda(0));
+  const auto params = m.named_parameters();
+  REQUIRE(params.size() == 2); // the tied weight is still one tensor
+  CHECK(params[0].name == "embed.weight");
+  CHECK(params[0].tensor.name() == "embed.weight");
+  CHECK(params[0].tensor.device() == Device::cuda(0));
+  CHECK(params[0].tensor.dtype() == DType::bf16);
+  CHECK(params[0].tensor.requires_grad());
+  CHECK(params[0].tensor.is_leaf());
+  CHECK(params[0].tensor.to_doubles() == w.to_doubles());
+  CHECK(params[1].name == "head.bias");
+  CHECK_FALSE(params[1].tensor.requires_grad());
+  CHECK(params[1].tensor.to_doubles() == std::vector<double>(3, 0.5));
+  // Both registrations now hold the same CUDA tensor.
+  CHECK(emb->param("weight").same(head->param("weight")));
+  m.to(Device::cpu());
+  CHECK(m.find_parameter("embed.weight").to_doubles() == w.to_doubles());
+}
+
+TEST_CASE("cuda tensor: pinned staging blocks are reused only after their copies finish", "[gpu]") {
+  require_device();
+  // Many staging tensors filled, copied asynchronously and freed at once: a block handed out
+  // again while its copy is still reading would corrupt an earlier device tensor.
+  std::vector<Tensor> on_device;
+  for (int i = 0; i < 64; i++) {
+    Tensor staging = Tensor::empty_pinned({1 << 16}, DType::i64);
+    int64_t* p = staging.data<int64_t>();
+    for (int64_t j = 0; j < (1 << 16); j++) p[j] = int64_t(i) * 1000003 + j;
+    on_device.push_back(staging.to(Device::cuda(0)));
+  }
+  for (int i = 0; i < 64; i++) {
+    const auto v = on_device[size_t(i)].to_doubles();
+    INFO("tensor " << i);
+    CHECK(v.front() == double(int64_t(i) * 1000003));
+    CHECK(v.back() == double(int64_t(i) * 1000003 + (1 << 16) - 1));
+  }
+}
+
+TEST_CASE("cuda runtime: events order and time work on the default stream", "[gpu]") {
+  require_device();
+  void* start = kernels::cuda::event_create(true);
+  void* end = kernels::cuda::event_create(true);
+  CHECK(kernels::cuda::event_done(start)); // never recorded
+  kernels::cuda::event_record(start, nullptr);
+  Tensor big = Tensor::zeros({1 << 24}, DType::f32, Device::cuda(0));
+  kernels::cuda::event_record(end, nullptr);
+  kernels::cuda::event_synchronize(end);
+  CHECK(kernels::cuda::event_done(end));
+  CHECK(kernels::cuda::event_elapsed_ms(start, end) >= 0.0f);
+  kernels::cuda::event_destroy(start);
+  kernels::cuda::event_destroy(end);
+  CHECK(device_peak_tflops(Device::cuda(0)) >= 0.0);
 }

@@ -200,6 +200,21 @@ TEST_CASE("module: a tensor registered twice is listed once (tied weights)", "[n
   CHECK(names_of(*head) == std::vector<std::string>{"weight"});
 }
 
+TEST_CASE("module: to() the device the parameters are on keeps the same tensors", "[nn]") {
+  Module m;
+  auto emb = m.register_module("embed", std::make_shared<Module>());
+  Tensor w = Tensor::zeros({3, 2});
+  emb->register_parameter("weight", w);
+  m.materialize();
+  m.to(Device::cpu());
+  CHECK(m.find_parameter("embed.weight").same(w));
+  // Moving to a device that does not exist fails before any parameter is replaced.
+  if (cuda_device_count() == 0) {
+    CHECK_THROWS_WITH(m.to(Device::cuda(0)), Catch::Contains("no CUDA device"));
+    CHECK(m.find_parameter("embed.weight").same(w));
+  }
+}
+
 TEST_CASE("module: zero_grad drops every gradient", "[nn]") {
   Model m;
   m.materialize();

@@ -249,6 +249,13 @@ TEST_CASE("config: invalid values name key and value", "[train][config]") {
              Contains("training.weight_decay = nan must be a finite number"));
   CHECK_THAT(error_of(training("max_grad_norm = -1")),
              Contains("training.max_grad_norm = -1.0 must be >= 0"));
+  CHECK_THAT(error_of(training("device = \"gpu\"")),
+             Contains("training.device = \"gpu\" must be cpu, cuda or cuda:N"));
+  CHECK_THAT(error_of(training("device = \"cuda:x\"")),
+             Contains("training.device = \"cuda:x\" must be cpu, cuda or cuda:N"));
+  CHECK(parse(training("device = \"cuda:3\"")).training.device == "cuda:3");
+  CHECK_THAT(error_of(training("loss_vocab_chunk = -1")),
+             Contains("training.loss_vocab_chunk = -1 must be >= 0"));
   CHECK_THAT(error_of(training("micro_batch_rows = 0")),
              Contains("training.micro_batch_rows = 0 must be >= 1"));
   CHECK_THAT(error_of(training("total_steps = 100\nwarmup_steps = 95")),
@@ -386,6 +393,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   c.model.train_vit = true;
   auto& t = c.training;
   t.seed = 7;
+  t.device = "cuda:1";
   t.total_steps = 12345;
   t.warmup_steps = 100;
   t.scheduler_type = optim::ScheduleType::linear;
@@ -405,6 +413,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   t.micro_batch_rows = 3;
   t.param_dtype = DType::f32;
   t.ac_mode = AcMode::selective;
+  t.loss_vocab_chunk = 4096;
   t.random_init = true;
   t.eval_steps = 50;
   t.eval_batches = 0;

@@ -429,8 +429,6 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   return loss;
 }
 
-namespace {} // namespace
-
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index,
                      Reduction reduction) {
   return cross_entropy_impl(logits, labels, ignore_index, reduction).loss_sum;
