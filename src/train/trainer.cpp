@@ -103,9 +103,12 @@ TrainSummary run_training(const TrainConfig& c) {
   const TrainingOptions& t = c.training;
   const auto start = Clock::now();
 
+  const Device device = parse_device(t.device);
+  VLM_CHECK(device.is_cpu() || device.index < cuda_device_count(), "config: training.device = \"",
+            t.device, "\" is not available: ", cuda_device_query());
+  Allocator& device_memory = allocator_for(device);
   io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
   const model::Qwen3Config mc = model_config(c, tok);
-  const Device device = parse_device(t.device);
   auto model = std::make_shared<model::Qwen3ForCausalLM>(mc, t.param_dtype);
   if (t.random_init || !c.model.preset.empty()) {
     Rng rng(uint64_t(t.seed));
@@ -116,7 +119,6 @@ TrainSummary run_training(const TrainConfig& c) {
   model->to(device); // initialized or loaded on the host (Module::to)
   const double peak_tflops =
       c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device);
-  Allocator& device_memory = allocator_for(device);
   TrainStepper stepper(c, model);
   const std::vector<int> pattern = accumulation_pattern(t.tpi_multiplier);
 
