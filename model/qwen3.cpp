@@ -61,13 +61,14 @@ int64_t count_targets(const TextBatch& batch) {
 TextBatch to_device(const TextBatch& b, Device device) {
   NoGradGuard no_grad;
   TextBatch out;
-  out.num_targets = count_targets(b);
+  out.num_targets = b.targets.defined() ? count_targets(b) : 0;
   out.cu_seqlens = b.cu_seqlens.to(Device::cpu());
   const int64_t T = b.input_ids.numel();
   if (device.is_cpu()) {
-    out.input_ids = b.input_ids.to(Device::cpu());
-    out.targets = b.targets.defined() ? b.targets.to(Device::cpu()) : Tensor();
-    out.position_ids = b.position_ids.to(Device::cpu());
+    auto ids = [](const Tensor& t) { return t.to(Device::cpu()).to(DType::i64); };
+    out.input_ids = ids(b.input_ids);
+    out.targets = b.targets.defined() ? ids(b.targets) : Tensor();
+    out.position_ids = ids(b.position_ids);
     return out;
   }
   // Rows of one i64 staging tensor: ids, positions, targets (when present).

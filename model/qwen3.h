@@ -56,9 +56,10 @@ TextBatch text_batch_from_labels(const Tensor& input_ids, const Tensor& labels,
 // Targets that are not -100 (batch.num_targets when it is set).
 int64_t count_targets(const TextBatch& batch);
 
-// The batch for a model on `device`: input ids, targets and position ids go there in one
-// asynchronous copy from a pinned staging buffer (Tensor::empty_pinned); cu_seqlens stays on the
-// CPU, where attention reads its offsets without a synchronization; num_targets is set.
+// The batch for a model on `device`: input ids, targets (optional) and position ids as i64, on a
+// GPU in one asynchronous copy from a pinned staging buffer (Tensor::empty_pinned); cu_seqlens
+// stays on the CPU, where attention reads its offsets without a synchronization; num_targets is
+// set (0 without targets).
 TextBatch to_device(const TextBatch& batch, Device device);
 
 // Activation checkpointing of the decoder layers:

@@ -126,10 +126,9 @@ private:
 };
 
 // Blocks of a power-of-two size class, each with the event recorded when it was last freed.
+// Never emptied at exit: when statics are destroyed the CUDA runtime may be unloaded already.
 class PinnedHostAllocator final : public Allocator {
 public:
-  ~PinnedHostAllocator() override { empty_cache(); }
-
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     const size_t cls = size_class(bytes);

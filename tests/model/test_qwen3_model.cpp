@@ -404,4 +404,13 @@ TEST_CASE("qwen3 model: to_device on the CPU keeps the values and counts the tar
   CHECK(b.num_targets == -1);
   CHECK(d.num_targets == count_targets(b));
   CHECK(d.num_targets > 0);
+  // i32 inputs come out as i64; a batch without targets moves too.
+  TextBatch b32 = b;
+  b32.input_ids = b.input_ids.to(DType::i32);
+  b32.targets = Tensor();
+  TextBatch d32 = to_device(b32, Device::cpu());
+  CHECK(d32.input_ids.dtype() == DType::i64);
+  CHECK(d32.input_ids.to_doubles() == b.input_ids.to_doubles());
+  CHECK_FALSE(d32.targets.defined());
+  CHECK(d32.num_targets == 0);
 }
