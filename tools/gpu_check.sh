@@ -8,12 +8,18 @@
 #      them); fails if a GPU test fails, or is skipped while a GPU is visible;
 #   5. runs compute-sanitizer memcheck on one small attention test when the tool exists;
 #   6. runs the GPU benchmarks (build-gpu/bench/*gpu*) and prints their tables;
-#   7. prints a summary table. Exit status 0 only when steps 3-6 pass.
-#   tools/gpu_check.sh [--build-dir DIR] [--quick]      (VLM_BUILD_JOBS: build parallelism)
+#   7. runs bench/bench_gpu_step.sh: a Qwen3-1.7B training step, ours vs PyTorch eager (tokens/s,
+#      MFU; WARN when the issue-5 targets MFU >= 40% and >= 1.2x torch are missed);
+#   8. prints a summary table. Exit status 0 only when steps 3-7 pass.
+#   tools/gpu_check.sh [--build-dir DIR] [--quick] [--part all|tests|bench]
+#     --part tests: steps 1-5 only; --part bench: steps 1-3 and 6-7 only. One device call may run
+#     at most 10 minutes: run `--part tests` then `--part bench` (the second build is a no-op on a
+#     machine that kept build-gpu/). VLM_BUILD_JOBS: build parallelism.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="$root/build-gpu"
 quick=""
+part=all
 while (($#)); do
   case "$1" in
   --build-dir)
@@ -21,8 +27,16 @@ while (($#)); do
     shift
     ;;
   --quick) quick="--quick" ;;
+  --part)
+    part="$2"
+    [[ $part == all || $part == tests || $part == bench ]] || {
+      echo "--part: expected all, tests or bench, got '$part'" >&2
+      exit 2
+    }
+    shift
+    ;;
   *)
-    echo "usage: tools/gpu_check.sh [--build-dir DIR] [--quick]" >&2
+    echo "usage: tools/gpu_check.sh [--build-dir DIR] [--quick] [--part all|tests|bench]" >&2
     exit 2
     ;;
   esac
@@ -99,6 +113,7 @@ if ((${#missing[@]} == 0)) &&
     >"$log_dir/configure.log" 2>&1; then
   targets=(test_gpu vlmtrain)
   compgen -G "$root/bench/*gpu*" >/dev/null && targets+=(bench_gpu_ops)
+  [[ -f $root/bench/bench_gpu_step.cpp ]] && targets+=(bench_gpu_step)
   if timeout 420 cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" \
     >"$log_dir/build.log" 2>&1; then
     built=1
@@ -115,8 +130,14 @@ if ((built)); then
   echo "device-query: $("$build_dir/vlmtrain" device-query 2>&1 | paste -sd ' ')"
 fi
 
+run_tests=0 run_benches=0
+[[ $part != bench ]] && run_tests=1
+[[ $part != tests ]] && run_benches=1
+
 # --- 4. ctest -L gpu ----------------------------------------------------------------------------
-if ((built)); then
+if ((!run_tests)); then
+  record "ctest -L gpu" SKIP 0 "--part bench"
+elif ((built)); then
   t0=$SECONDS
   VLM_SYNC=1 timeout 300 ctest --test-dir "$build_dir" -L gpu --output-on-failure -j 4 \
     >"$log_dir/ctest.log" 2>&1
@@ -145,7 +166,9 @@ fi
 
 # --- 5. compute-sanitizer on one small attention test ------------------------------------------
 sanitizer=$(command -v compute-sanitizer || true)
-if ((built && have_gpu)) && [[ -n $sanitizer ]]; then
+if ((!run_tests)); then
+  record "memcheck attention" SKIP 0 "--part bench"
+elif ((built && have_gpu)) && [[ -n $sanitizer ]]; then
   t0=$SECONDS
   timeout 150 "$sanitizer" --tool memcheck --error-exitcode 3 "$build_dir/tests/test_gpu" \
     "gpu attention: odd head dims and a single long document" >"$log_dir/memcheck.log" 2>&1
@@ -164,10 +187,15 @@ fi
 
 # --- 6. benchmarks ------------------------------------------------------------------------------
 benches=()
-if ((built)); then
-  for b in "$build_dir"/bench/*gpu*; do [[ -x $b && -f $b ]] && benches+=("$b"); done
+if ((built && run_benches)); then
+  for b in "$build_dir"/bench/*gpu*; do
+    # bench_gpu_step runs in step 7, through its script (the torch side and the table).
+    [[ -x $b && -f $b && $(basename "$b") != bench_gpu_step ]] && benches+=("$b")
+  done
 fi
-if ((${#benches[@]} == 0)); then
+if ((!run_benches)); then
+  record benchmarks SKIP 0 "--part tests"
+elif ((${#benches[@]} == 0)); then
   record benchmarks SKIP 0 "no build-gpu/bench/*gpu* binary"
 fi
 for b in "${benches[@]}"; do
@@ -181,7 +209,34 @@ for b in "${benches[@]}"; do
   fi
 done
 
-# --- 7. summary ---------------------------------------------------------------------------------
+# --- 7. training step: ours vs PyTorch eager --------------------------------------------------
+if ((!run_benches)); then
+  record bench_gpu_step SKIP 0 "--part tests"
+elif ((built && have_gpu)) && [[ -x $build_dir/bench/bench_gpu_step ]]; then
+  t0=$SECONDS
+  echo "== bench_gpu_step.sh =="
+  # --quick: fewer steps and only the torch amp recipe.
+  quick_env=()
+  [[ -n $quick ]] && quick_env=(STEPS=5 WARMUP=2 TORCH_RECIPES=amp)
+  env "${quick_env[@]}" timeout 240 bash "$root/bench/bench_gpu_step.sh" "$build_dir" 2>&1 |
+    tee "$log_dir/bench_gpu_step.log"
+  rc=${PIPESTATUS[0]}
+  figures=$(grep '^summary: ' "$log_dir/bench_gpu_step.log" | tail -1 | sed 's/^summary: //')
+  if ((rc == 124)); then
+    record bench_gpu_step FAIL $((SECONDS - t0)) "timed out after 240 s (log $log_dir/bench_gpu_step.log)"
+  elif ((rc != 0)); then
+    record bench_gpu_step FAIL $((SECONDS - t0)) "${figures:-no result} (log $log_dir/bench_gpu_step.log)"
+  elif grep -q '^targets: met' "$log_dir/bench_gpu_step.log"; then
+    record bench_gpu_step PASS $((SECONDS - t0)) "$figures"
+  else
+    record bench_gpu_step WARN $((SECONDS - t0)) \
+      "$figures; $(grep '^targets: ' "$log_dir/bench_gpu_step.log" | tail -1)"
+  fi
+else
+  record bench_gpu_step SKIP 0 "needs a GPU and build-gpu/bench/bench_gpu_step"
+fi
+
+# --- 8. summary ---------------------------------------------------------------------------------
 echo
 printf '| %-22s | %-4s | %7s | %s\n' step res time note
 printf '%s\n' "${summary[@]}"

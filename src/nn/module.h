@@ -105,7 +105,8 @@ public:
   void to(Device device);
   // Fills every parameter by its rule. One base seed is drawn from rng; each parameter then gets
   // its own stream keyed by its full name, so its values depend only on (seed, name, shape) —
-  // not on which other parameters exist or on their order. Same seed -> same values.
+  // not on which other parameters exist or on their order. Same seed -> same values. Parameters
+  // are filled in parallel (OpenMP): custom rules must not share mutable state.
   void initialize(Rng& rng);
 
 protected:

@@ -219,6 +219,25 @@ TEST_CASE("cuda gemm: K = 0 gives beta * C") {
   check_gemm({8, 6, 0, false, true, 1.0f, 0.0f, 1}, cu::GemmType::bf16, cu::GemmType::bf16, 1e-6);
 }
 
+TEST_CASE("cuda runtime: events order and time work on the default stream") {
+  require_device();
+  void* start = cu::event_create(true);
+  void* end = cu::event_create(true);
+  CHECK(cu::event_done(start)); // never recorded
+  const size_t bytes = size_t(64) << 20;
+  void* p = cu::malloc_async(bytes, nullptr);
+  cu::event_record(start, nullptr);
+  cu::memset_async(p, 0, bytes, nullptr);
+  cu::event_record(end, nullptr);
+  cu::event_synchronize(end);
+  CHECK(cu::event_done(end));
+  CHECK(cu::event_elapsed_ms(start, end) > 0.0f); // 64 MiB take a few microseconds at least
+  cu::free_async(p, nullptr);
+  cu::event_destroy(start);
+  cu::event_destroy(end);
+  CHECK(cu::peak_bf16_tflops(0) >= 0.0);
+}
+
 #else
 
 TEST_CASE("cuda runtime: skipped") { VLM_SKIP("built without CUDA"); }

@@ -2,7 +2,6 @@
 // allocator's accounting. Skips (exit 77) with the device query text when there is no device.
 #include <catch2/catch.hpp>
 
-#include "kernels/cuda_runtime.h"
 #include "src/core/ops.h"
 #include "src/nn/module.h"
 #include "tests/gpu/gpu_testing.h"
@@ -95,20 +94,4 @@ TEST_CASE("cuda tensor: pinned staging blocks are reused only after their copies
     CHECK(v.front() == double(int64_t(i) * 1000003));
     CHECK(v.back() == double(int64_t(i) * 1000003 + (1 << 16) - 1));
   }
-}
-
-TEST_CASE("cuda runtime: events order and time work on the default stream", "[gpu]") {
-  require_device();
-  void* start = kernels::cuda::event_create(true);
-  void* end = kernels::cuda::event_create(true);
-  CHECK(kernels::cuda::event_done(start)); // never recorded
-  kernels::cuda::event_record(start, nullptr);
-  Tensor big = Tensor::zeros({1 << 24}, DType::f32, Device::cuda(0));
-  kernels::cuda::event_record(end, nullptr);
-  kernels::cuda::event_synchronize(end);
-  CHECK(kernels::cuda::event_done(end));
-  CHECK(kernels::cuda::event_elapsed_ms(start, end) >= 0.0f);
-  kernels::cuda::event_destroy(start);
-  kernels::cuda::event_destroy(end);
-  CHECK(device_peak_tflops(Device::cuda(0)) >= 0.0);
 }

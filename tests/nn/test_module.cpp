@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include <cmath>
 
 #include "src/core/ops.h"
@@ -143,6 +145,12 @@ TEST_CASE("module: initialize is deterministic and follows each rule", "[nn]") {
   // Each parameter draws from its own stream keyed by its name: adding a layer changes nothing
   // in the others.
   for (const auto& np : a->named_parameters()) CHECK(values(a, np.name) == values(deeper, np.name));
+  // Parameters are filled in parallel: one thread gives the same values.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  auto serial = make(42, 2);
+  omp_set_num_threads(threads);
+  for (const auto& np : a->named_parameters()) CHECK(values(a, np.name) == values(serial, np.name));
   // Rules: normal(0.02) for linear weights, zeros for biases and "norm", ones for layer norms.
   CHECK(values(a, "model.layers.0.self_attn.q_proj.bias") == std::vector<double>(4, 0.0));
   CHECK(values(a, "model.layers.0.input_layernorm") == std::vector<double>(4, 1.0));
