@@ -2,7 +2,8 @@
 # The GPU check for a machine with an NVIDIA GPU (sized to finish in < 8 minutes on one H200):
 #   1. prints nvidia-smi and, once built, `vlmtrain device-query`;
 #   2. checks the prerequisites (cmake, nvcc, OpenBLAS, Catch2; MPI and HDF5 are reported only)
-#      and says what is missing;
+#      and says what is missing; Debian packages carried in .gpu-deps/ (`tools/gpu_deps.sh
+#      download` on a machine with apt) are unpacked into build-gpu/deps and used first;
 #   3. builds with -DVLM_CUDA=ON into build-gpu/ (only what the check runs);
 #   4. runs `ctest -L gpu` with VLM_SYNC=1 (asynchronous faults reported at the op that caused
 #      them); fails if a GPU test fails, or is skipped while a GPU is visible;
@@ -68,20 +69,29 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU
 fi
 
 # --- 2. prerequisites ---------------------------------------------------------------------------
+# A machine without a registry gets the Debian packages carried in .gpu-deps/ (made where apt
+# works by `tools/gpu_deps.sh download`), unpacked into the build folder, never into /.
+if compgen -G "$root/.gpu-deps/*.deb" >/dev/null; then
+  bash "$root/tools/gpu_deps.sh" install "$root/.gpu-deps" "$build_dir/deps" &&
+    source "$build_dir/deps/env.sh"
+fi
+deps=${VLM_DEPS_PREFIX:-/nonexistent}
 missing=()
 warn=()
 command -v cmake >/dev/null || missing+=("cmake (apt-get install cmake)")
 command -v nvcc >/dev/null || missing+=("nvcc (CUDA toolkit in /usr/local/cuda)")
 command -v ninja >/dev/null || warn+=("ninja (falls back to make)")
-if ! ldconfig -p 2>/dev/null | grep -q 'libopenblas' && ! pkg-config --exists openblas 2>/dev/null; then
-  missing+=("OpenBLAS (libopenblas-dev libopenblas-openmp-dev)")
+if ! ldconfig -p 2>/dev/null | grep -q 'libopenblas' && ! pkg-config --exists openblas 2>/dev/null &&
+  ! compgen -G "$deps/lib/*/openblas-openmp/libopenblas.so" >/dev/null; then
+  missing+=("OpenBLAS (libopenblas-dev libopenblas-openmp-dev; or tools/gpu_deps.sh)")
 fi
 have() { # have <file>...: true when any of the files exists
   local f
   for f in "$@"; do [[ -e $f ]] && return 0; done
   return 1
 }
-have /usr/include/catch2/catch.hpp /usr/local/include/catch2/catch.hpp || missing+=("Catch2 v2 (catch2)")
+have /usr/include/catch2/catch.hpp /usr/local/include/catch2/catch.hpp "$deps/include/catch2/catch.hpp" ||
+  missing+=("Catch2 v2 (catch2)")
 command -v mpicc >/dev/null || command -v mpicxx >/dev/null || warn+=("MPI (libopenmpi-dev openmpi-bin)")
 if ! command -v h5pcc >/dev/null && ! command -v h5cc >/dev/null &&
   ! pkg-config --exists hdf5 hdf5-openmpi 2>/dev/null &&

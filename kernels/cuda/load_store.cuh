@@ -1,14 +1,13 @@
 // Device helpers shared by the row-wise kernels (norm, rope, index, loss, optim): storage-type
-// mapping (vlm::bf16 -> __nv_bfloat16), fp32 loads/stores with round-to-nearest-even, 16-byte
-// vector packs, and launch-size helpers. For .cu files under kernels/cuda only.
+// mapping (vlm::bf16 -> __nv_bfloat16), fp32 loads/stores with round-to-nearest-even and vector
+// loads/stores over launch.cuh's packs, and a grid-size helper. For .cu files under kernels/cuda
+// only.
 #pragma once
-
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels::cuda::ldst {
@@ -23,10 +22,15 @@ template <typename T> const cuda_t<T>* dptr(const T* p) {
   return reinterpret_cast<const cuda_t<T>*>(p);
 }
 
-__device__ __forceinline__ float ld(const float* p) { return *p; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st(float* p, float v) { *p = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+using dev::aligned16;
+using dev::as_stream;
+using dev::Pack;
+
+// fp32 load / store of a float or __nv_bfloat16 (stores round to nearest even).
+template <typename T> __device__ __forceinline__ float ld(const T* p) { return dev::to_f32(*p); }
+template <typename T> __device__ __forceinline__ void st(T* p, float v) {
+  *p = dev::from_f32<T>(v);
+}
 
 // v rounded to T and widened again (identity for float): a T-valued intermediate.
 template <typename T> __device__ __forceinline__ float round_to(float v) {
@@ -38,8 +42,6 @@ template <typename T> __device__ __forceinline__ float round_to(float v) {
 }
 
 // V consecutive elements as one aligned load/store (V * sizeof(T) == 16 for the vector path).
-template <typename T, int V> struct alignas(sizeof(T) * V) Pack { T v[V]; };
-
 template <typename T, int V>
 __device__ __forceinline__ void load_vec(const T* p, int64_t i, float (&out)[V]) {
   if constexpr (V == 1) {
@@ -63,14 +65,10 @@ __device__ __forceinline__ void store_vec(T* p, int64_t i, const float (&in)[V])
   }
 }
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // Blocks for a grid-stride loop over `n` items of `per_block` each (at least 1, at most `cap`).
 inline unsigned grid_blocks(int64_t n, int64_t per_block, int64_t cap = int64_t(1) << 20) {
   int64_t b = (n + per_block - 1) / per_block;
   return unsigned(std::max<int64_t>(1, std::min(b, cap)));
 }
-
-inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 } // namespace vlm::kernels::cuda::ldst

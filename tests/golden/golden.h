@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -12,6 +14,22 @@
 #include "src/core/ops.h"
 
 namespace vlm::testing {
+
+// A copy (owned, aligned, on the CPU) of tensor `name` of a safetensors file.
+inline Tensor read_tensor(const io::SafetensorsFile& f, const std::string& name) {
+  const auto& info = f.get(name);
+  Tensor t = Tensor::empty(info.shape, info.dtype);
+  if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
+  return t;
+}
+
+// Every tensor of a safetensors file (e.g. a `vlmtrain dump` output), by name.
+inline std::map<std::string, Tensor> read_all_tensors(const std::string& path) {
+  io::SafetensorsFile f(path);
+  std::map<std::string, Tensor> out;
+  for (const auto& name : f.names()) out[name] = read_tensor(f, name);
+  return out;
+}
 
 class Golden {
 public:
@@ -24,10 +42,7 @@ public:
   }
   // A copy of the stored tensor (owned, aligned), optionally converted to dtype.
   Tensor get(const std::string& case_name, const std::string& key) const {
-    const auto& info = file_->get(case_name + "." + key);
-    Tensor t = Tensor::empty(info.shape, info.dtype);
-    if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
-    return t;
+    return read_tensor(*file_, case_name + "." + key);
   }
   Tensor get(const std::string& case_name, const std::string& key, DType dtype) const {
     return get(case_name, key).to(dtype);

@@ -68,19 +68,6 @@ std::string data(const std::string& rel) {
 
 using TensorMap = std::map<std::string, Tensor>;
 
-// The tensors of a dump output file (all f32), as owned CPU tensors.
-TensorMap read_all(const std::string& path) {
-  io::SafetensorsFile f(path);
-  TensorMap out;
-  for (const auto& name : f.names()) {
-    const auto& info = f.get(name);
-    Tensor t = Tensor::empty(info.shape, info.dtype);
-    if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
-    out[name] = t;
-  }
-  return out;
-}
-
 // `vlmtrain dump` of one golden case on `device`: logits, loss and (with grads) every gradient.
 TensorMap dump(const std::string& variant, const std::string& batch, DType dtype, bool grads,
                Device device, ActivationCheckpointing ac = ActivationCheckpointing::off) {
@@ -96,7 +83,7 @@ TensorMap dump(const std::string& variant, const std::string& batch, DType dtype
   train::run_dump(o);
   // The file says where it ran: a dump that silently stayed on the CPU would pass the golden.
   CHECK(io::SafetensorsFile(o.out_path).metadata().at("device") == device.str());
-  return read_all(o.out_path);
+  return testing::read_all_tensors(o.out_path);
 }
 
 struct Errors {

@@ -42,9 +42,13 @@
 #include "src/train/trainer.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tests/temp_dir.h"
+#include "tests/train/loop_fixture.h"
 
 using namespace vlm;
 using vlm::model::TextBatch;
+using vlm::testing::kLoopGolden;
+using vlm::testing::loop_config;
+using vlm::testing::read_tensor;
 using vlm::testing::require_device;
 using vlm::train::TrainConfig;
 using vlm::train::TrainStepper;
@@ -58,48 +62,12 @@ constexpr double kDemoTol = 1e-4;
 constexpr double kDemoWeightTol = 1e-3;
 
 const Device kGpu = Device::cuda(0);
-const std::string kSnapshot = std::string(VLM_SOURCE_DIR) + "/tests/data/qwen3_tiny_untied";
-const std::string kLoopGolden =
-    std::string(VLM_SOURCE_DIR) + "/tests/golden/train_loop.safetensors";
-
-Tensor read(const io::SafetensorsFile& f, const std::string& name) {
-  const auto& info = f.get(name);
-  Tensor t = Tensor::empty(info.shape, info.dtype);
-  if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
-  return t;
-}
-
 std::shared_ptr<model::Qwen3ForCausalLM> tiny_model(DType dtype, Device device) {
-  auto m = std::make_shared<model::Qwen3ForCausalLM>(model::Qwen3Config::load(kSnapshot), dtype);
-  model::load_hf_weights(*m, kSnapshot);
-  m->to(device); // before the stepper takes the parameters
-  return m;
-}
-
-// The reference loop's settings (the golden file's metadata "config"), as the CPU test.
-TrainConfig loop_config(DType param_dtype) {
-  TrainConfig c;
-  auto& t = c.training;
-  t.total_steps = 30;
-  t.warmup_steps = 5;
-  t.scheduler_type = optim::ScheduleType::cosine;
-  t.min_lr_ratio = 0.1;
-  t.lr_llm = 3e-3;
-  t.adam_beta1 = 0.9;
-  t.adam_beta2 = 0.95;
-  t.adam_eps = 1e-8;
-  t.weight_decay = 0.1;
-  t.max_grad_norm = 1.0;
-  t.param_dtype = param_dtype;
-  return c;
+  return testing::loop_model(dtype, device);
 }
 
 TextBatch micro_batch(const io::SafetensorsFile& f, int i, Device device) {
-  const std::string p = "mb" + std::to_string(i) + ".";
-  return model::to_device(
-      model::text_batch_from_labels(read(f, p + "input_ids"), read(f, p + "labels"),
-                                    read(f, p + "position_ids"), read(f, p + "cu_seqlens")),
-      device);
+  return testing::loop_micro_batch(f, i, device);
 }
 
 struct LoopRun {
@@ -177,9 +145,9 @@ Metrics read_metrics(const std::string& path) {
 TEST_CASE("gpu train loop: 30 f32 steps on CUDA reproduce the PyTorch reference loop", "[gpu]") {
   require_device();
   io::SafetensorsFile golden(kLoopGolden);
-  const auto losses = read(golden, "losses").to_doubles();
-  const auto norms = read(golden, "grad_norms").to_doubles();
-  const auto lrs = read(golden, "lrs").to_doubles();
+  const auto losses = read_tensor(golden, "losses").to_doubles();
+  const auto norms = read_tensor(golden, "grad_norms").to_doubles();
+  const auto lrs = read_tensor(golden, "lrs").to_doubles();
   REQUIRE(losses.size() == 30);
   const LoopRun r = run_loop(DType::f32, kGpu);
   for (size_t s = 0; s < 30; s++) CHECK(r.lrs[s] == Approx(lrs[s]).epsilon(1e-12));

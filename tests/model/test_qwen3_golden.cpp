@@ -40,19 +40,6 @@ std::string data(const std::string& rel) {
   return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
 }
 
-// The tensors of a dump output file, as owned f32 tensors.
-std::map<std::string, Tensor> read_all(const std::string& path) {
-  io::SafetensorsFile f(path);
-  std::map<std::string, Tensor> out;
-  for (const auto& name : f.names()) {
-    const auto& info = f.get(name);
-    Tensor t = Tensor::empty(info.shape, info.dtype);
-    if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
-    out[name] = t;
-  }
-  return out;
-}
-
 struct Errors {
   double logits = 0, loss = 0, worst_grad = 0;
   std::string worst_grad_name;
@@ -70,7 +57,7 @@ Errors run_case(const std::string& variant, const std::string& batch, DType dtyp
   o.dtype = dtype;
   o.ac = ac;
   train::run_dump(o);
-  auto got = read_all(o.out_path);
+  auto got = testing::read_all_tensors(o.out_path);
 
   const Golden g("qwen3_tiny");
   const std::string c = variant + "_" + batch;

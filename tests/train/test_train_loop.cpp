@@ -13,64 +13,33 @@
 #include "src/train/train_step.h"
 #include "tests/error_of.h"
 #include "tests/golden/golden.h"
+#include "tests/train/loop_fixture.h"
 
 using Catch::Matchers::Contains;
 using vlm::Tensor;
 using vlm::model::TextBatch;
 using vlm::testing::error_of;
+using vlm::testing::kLoopGolden;
+using vlm::testing::loop_config;
+using vlm::testing::read_tensor;
 using vlm::train::TrainConfig;
 using vlm::train::TrainStepper;
 
 namespace {
 
-const std::string kSnapshot = std::string(VLM_SOURCE_DIR) + "/tests/data/qwen3_tiny_untied";
-
-Tensor read(const vlm::io::SafetensorsFile& f, const std::string& name) {
-  const auto& info = f.get(name);
-  Tensor t = Tensor::empty(info.shape, info.dtype);
-  if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
-  return t;
-}
-
-std::shared_ptr<vlm::model::Qwen3ForCausalLM> tiny_model() {
-  auto m = std::make_shared<vlm::model::Qwen3ForCausalLM>(vlm::model::Qwen3Config::load(kSnapshot),
-                                                          vlm::DType::f32);
-  vlm::model::load_hf_weights(*m, kSnapshot);
-  return m;
-}
-
-// The reference loop's settings (the golden file's metadata "config").
-TrainConfig loop_config() {
-  TrainConfig c;
-  auto& t = c.training;
-  t.total_steps = 30;
-  t.warmup_steps = 5;
-  t.scheduler_type = vlm::optim::ScheduleType::cosine;
-  t.min_lr_ratio = 0.1;
-  t.lr_llm = 3e-3;
-  t.adam_beta1 = 0.9;
-  t.adam_beta2 = 0.95;
-  t.adam_eps = 1e-8;
-  t.weight_decay = 0.1;
-  t.max_grad_norm = 1.0;
-  t.param_dtype = vlm::DType::f32;
-  return c;
-}
+std::shared_ptr<vlm::model::Qwen3ForCausalLM> tiny_model() { return vlm::testing::loop_model(); }
 
 TextBatch micro_batch(const vlm::io::SafetensorsFile& f, int i) {
-  const std::string p = "mb" + std::to_string(i) + ".";
-  return vlm::model::text_batch_from_labels(read(f, p + "input_ids"), read(f, p + "labels"),
-                                            read(f, p + "position_ids"), read(f, p + "cu_seqlens"));
+  return vlm::testing::loop_micro_batch(f, i);
 }
 
 } // namespace
 
 TEST_CASE("train loop: 30 steps reproduce the PyTorch reference loop loss by loss") {
-  vlm::io::SafetensorsFile golden(std::string(VLM_SOURCE_DIR) +
-                                  "/tests/golden/train_loop.safetensors");
-  const auto losses = read(golden, "losses").to_doubles();
-  const auto norms = read(golden, "grad_norms").to_doubles();
-  const auto lrs = read(golden, "lrs").to_doubles();
+  vlm::io::SafetensorsFile golden(kLoopGolden);
+  const auto losses = read_tensor(golden, "losses").to_doubles();
+  const auto norms = read_tensor(golden, "grad_norms").to_doubles();
+  const auto lrs = read_tensor(golden, "lrs").to_doubles();
   REQUIRE(losses.size() == 30);
   TrainStepper stepper(loop_config(), tiny_model());
   double worst_loss = 0, worst_norm = 0;
@@ -92,8 +61,7 @@ TEST_CASE("train loop: 30 steps reproduce the PyTorch reference loop loss by los
 }
 
 TEST_CASE("train loop: the step loss is the token mean whatever the micro-batch split") {
-  vlm::io::SafetensorsFile golden(std::string(VLM_SOURCE_DIR) +
-                                  "/tests/golden/train_loop.safetensors");
+  vlm::io::SafetensorsFile golden(kLoopGolden);
   TextBatch a = micro_batch(golden, 0), b = micro_batch(golden, 1);
   TrainConfig c = loop_config();
   TrainStepper split(c, tiny_model()), one(c, tiny_model());
@@ -118,8 +86,7 @@ TEST_CASE("train loop: the step loss is the token mean whatever the micro-batch 
 }
 
 TEST_CASE("train loop: a non-finite loss aborts naming the step, or is skipped and counted") {
-  vlm::io::SafetensorsFile golden(std::string(VLM_SOURCE_DIR) +
-                                  "/tests/golden/train_loop.safetensors");
+  vlm::io::SafetensorsFile golden(kLoopGolden);
   auto poison = [](vlm::model::Qwen3ForCausalLM& m) {
     for (auto& p : m.named_parameters())
       if (p.name == "model.norm.weight") p.tensor.data<float>()[3] = NAN;

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Build dependencies for a GPU machine that has the CUDA toolkit, cmake and a compiler but no
+# package registry (the lent H200 of tools/gpu_check.sh): the Debian 12 packages the CUDA build
+# and its tests need are downloaded here, carried over, and unpacked there into a prefix — never
+# into / — whose env.sh points CMake, pkg-config, the compiler and the loader at it.
+#
+#   tools/gpu_deps.sh download [DIR]        here: apt-get download the .debs into DIR
+#                                           (default .gpu-deps/, ignored by git; ~18 MB)
+#   tools/gpu_deps.sh install DIR PREFIX    there: dpkg -x every DIR/*.deb into PREFIX, rewrite
+#                                           the pkg-config files to PREFIX, write PREFIX/env.sh
+#   source PREFIX/env.sh                    CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, CPATH,
+#                                           LIBRARY_PATH, LD_LIBRARY_PATH, PATH
+# tools/gpu_check.sh runs `install` itself when .gpu-deps/ holds .deb files. MPI and HDF5 are not
+# needed by the CUDA build yet and are left out.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Headers, CMake/pkg-config files and the shared libraries they link, with the runtime libraries
+# a machine without them lacks (libgfortran for OpenBLAS).
+packages=(
+  libopenblas-dev libopenblas-openmp-dev libopenblas0-openmp libopenblas0 libgfortran5
+  catch2 nlohmann-json3-dev libtomlplusplus-dev libtomlplusplus3 libyaml-cpp-dev libyaml-cpp0.7
+  libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev
+  ninja-build pkgconf pkgconf-bin libpkgconf3
+)
+
+usage() {
+  sed -n '7,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+download() {
+  local dir=${1:-$root/.gpu-deps}
+  mkdir -p "$dir"
+  cd "$dir"
+  rm -f ./*.deb
+  # _apt cannot write into a root-owned folder; the download itself is what matters here.
+  apt-get download "${packages[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true
+  local n
+  n=$(find . -maxdepth 1 -name '*.deb' | wc -l)
+  ((n == ${#packages[@]})) || {
+    echo "gpu_deps: expected ${#packages[@]} packages in $dir, got $n" >&2
+    exit 1
+  }
+  echo "gpu_deps: $n packages, $(du -sh . | cut -f1) in $dir"
+}
+
+install_into() {
+  local dir=$1 prefix=$2
+  compgen -G "$dir/*.deb" >/dev/null || {
+    echo "gpu_deps: no .deb files in $dir (run 'tools/gpu_deps.sh download' where apt works)" >&2
+    exit 1
+  }
+  mkdir -p "$prefix"
+  prefix=$(cd "$prefix" && pwd)
+  local deb
+  for deb in "$dir"/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$deb" "$prefix"
+    else # a .deb is an ar archive holding data.tar.*
+      (cd "$(mktemp -d)" && ar x "$deb" && tar -xf data.tar.* -C "$prefix")
+    fi
+  done
+  local arch
+  arch=$(gcc -print-multiarch 2>/dev/null || true)
+  [[ -n $arch ]] || arch="$(uname -m)-linux-gnu"
+  # pkg-config files name /usr absolutely; CMake's package files are relocatable already.
+  find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$prefix/usr|;s|=/usr/|=$prefix/usr/|g" {} +
+  cat >"$prefix/env.sh" <<EOF
+# Written by tools/gpu_deps.sh: use the packages unpacked in $prefix.
+export CMAKE_PREFIX_PATH="$prefix/usr\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
+export PKG_CONFIG_PATH="$prefix/usr/lib/$arch/pkgconfig:$prefix/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+export CPATH="$prefix/usr/include:$prefix/usr/include/$arch\${CPATH:+:\$CPATH}"
+export LIBRARY_PATH="$prefix/usr/lib/$arch\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$prefix/usr/lib/$arch:$prefix/usr/lib/$arch/openblas-openmp\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export PATH="\$PATH:$prefix/usr/bin"
+export VLM_DEPS_PREFIX="$prefix/usr"
+EOF
+  echo "gpu_deps: $(find "$dir" -maxdepth 1 -name '*.deb' | wc -l) packages unpacked into $prefix" \
+    "(source $prefix/env.sh)"
+}
+
+case "${1:-}" in
+download) download "${2:-}" ;;
+install)
+  (($# == 3)) || usage
+  install_into "$2" "$3"
+  ;;
+*) usage ;;
+esac
