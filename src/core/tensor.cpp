@@ -12,9 +12,7 @@
 
 namespace vlm {
 
-Storage::Storage(size_t n, Device d) : nbytes(n), device(d), allocator(&allocator_for(d)) {
-  data = allocator->allocate(n);
-}
+Storage::Storage(size_t n, Device d) : Storage(n, allocator_for(d)) {}
 
 Storage::Storage(size_t n, Allocator& a) : nbytes(n), device(a.device()), allocator(&a) {
   data = allocator->allocate(n);
@@ -40,17 +38,21 @@ std::shared_ptr<TensorImpl> make_impl(std::shared_ptr<Storage> s, const Shape& s
 }
 } // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (auto d : shape) VLM_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
+namespace {
+// A new uninitialized tensor from `allocator`; `op` names the caller in errors.
+Tensor empty_from(Allocator& allocator, const Shape& shape, DType dtype, const char* op) {
+  for (auto d : shape) VLM_CHECK(d >= 0, op, ": negative dimension in shape ", shape_str(shape));
   size_t bytes = size_t(vlm::numel(shape)) * dtype_size(dtype);
-  return Tensor(make_impl(std::make_shared<Storage>(bytes, device), shape, dtype));
+  return Tensor(make_impl(std::make_shared<Storage>(bytes, allocator), shape, dtype));
+}
+} // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return empty_from(allocator_for(device), shape, dtype, "empty");
 }
 
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
-  for (auto d : shape)
-    VLM_CHECK(d >= 0, "empty_pinned: negative dimension in shape ", shape_str(shape));
-  size_t bytes = size_t(vlm::numel(shape)) * dtype_size(dtype);
-  return Tensor(make_impl(std::make_shared<Storage>(bytes, pinned_host_allocator()), shape, dtype));
+  return empty_from(pinned_host_allocator(), shape, dtype, "empty_pinned");
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {

@@ -76,15 +76,12 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::TextBatch>& 
   }
 
   const double scale = 1.0 / double(s.targets);
-  // The losses are read after every backward was queued: item() waits for a GPU.
-  std::vector<Tensor> losses;
+  double loss_sum = 0;
   for (const auto& b : micro_batches) {
     Tensor l = model_->loss_sum(b, forward_);
+    loss_sum += l.item();
     affine(l, scale).backward();
-    losses.push_back(l.detach());
   }
-  double loss_sum = 0;
-  for (const Tensor& l : losses) loss_sum += l.item();
   s.loss = loss_sum * scale;
 
   const double max_norm = config_.training.max_grad_norm;
