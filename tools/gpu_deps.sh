@@ -5,7 +5,7 @@
 # into / — whose env.sh points CMake, pkg-config, the compiler and the loader at it.
 #
 #   tools/gpu_deps.sh download [DIR]        here: apt-get download the .debs into DIR
-#                                           (default .gpu-deps/, ignored by git; ~18 MB)
+#                                           (default .gpu-deps/, ignored by git; ~16 MB)
 #   tools/gpu_deps.sh install DIR PREFIX    there: dpkg -x every DIR/*.deb into PREFIX, rewrite
 #                                           the pkg-config files to PREFIX, write PREFIX/env.sh
 #   source PREFIX/env.sh                    CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, CPATH,
@@ -58,7 +58,10 @@ install_into() {
     if command -v dpkg-deb >/dev/null; then
       dpkg-deb -x "$deb" "$prefix"
     else # a .deb is an ar archive holding data.tar.*
-      (cd "$(mktemp -d)" && ar x "$deb" && tar -xf data.tar.* -C "$prefix")
+      local tmp
+      tmp=$(mktemp -d)
+      (cd "$tmp" && ar x "$deb" && tar -xf data.tar.* -C "$prefix")
+      rm -rf "$tmp"
     fi
   done
   local arch
