@@ -8,17 +8,19 @@
 #                                           (default .gpu-deps/, ignored by git; ~16 MB)
 #   tools/gpu_deps.sh install DIR PREFIX    there: dpkg -x every DIR/*.deb into PREFIX, rewrite
 #                                           the pkg-config files to PREFIX, write PREFIX/env.sh
-#   source PREFIX/env.sh                    CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, CPATH,
-#                                           LIBRARY_PATH, LD_LIBRARY_PATH, PATH
+#   source PREFIX/env.sh                    CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, CPATH, PATH;
+#                                           LD_LIBRARY_PATH gets only OpenBLAS's libgfortran
+#                                           and libquadmath (appended). No LIBRARY_PATH: CMake
+#                                           would drop those folders from the binaries' RUNPATH.
 # tools/gpu_check.sh runs `install` itself when .gpu-deps/ holds .deb files. MPI and HDF5 are not
 # needed by the CUDA build yet and are left out.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Headers, CMake/pkg-config files and the shared libraries they link, with the runtime libraries
-# a machine without them lacks (libgfortran for OpenBLAS).
+# a machine without them lacks (libgfortran and libquadmath for OpenBLAS).
 packages=(
-  libopenblas-dev libopenblas-openmp-dev libopenblas0-openmp libopenblas0 libgfortran5
+  libopenblas-dev libopenblas-openmp-dev libopenblas0-openmp libopenblas0 libgfortran5 libquadmath0
   catch2 nlohmann-json3-dev libtomlplusplus-dev libtomlplusplus3 libyaml-cpp-dev libyaml-cpp0.7
   libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev
   ninja-build pkgconf pkgconf-bin libpkgconf3
@@ -69,14 +71,22 @@ install_into() {
   [[ -n $arch ]] || arch="$(uname -m)-linux-gnu"
   # pkg-config files name /usr absolutely; CMake's package files are relocatable already.
   find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$prefix/usr|;s|=/usr/|=$prefix/usr/|g" {} +
+  # The loader path gets only what a binary cannot find through its RUNPATH (OpenBLAS's own
+  # dependencies): the whole lib folder would put Debian's libz/libpng before the machine's own
+  # for every program, Python and torch included.
+  mkdir -p "$prefix/runtime"
+  ln -sf "$prefix"/usr/lib/"$arch"/libgfortran.so.* "$prefix"/usr/lib/"$arch"/libquadmath.so.* \
+    "$prefix/runtime/"
   cat >"$prefix/env.sh" <<EOF
 # Written by tools/gpu_deps.sh: use the packages unpacked in $prefix.
 export CMAKE_PREFIX_PATH="$prefix/usr\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
-export PKG_CONFIG_PATH="$prefix/usr/lib/$arch/pkgconfig:$prefix/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+export PKG_CONFIG_PATH="$prefix/usr/lib/$arch/pkgconfig:$prefix/usr/lib/$arch/openblas-openmp/pkgconfig:$prefix/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
 export CPATH="$prefix/usr/include:$prefix/usr/include/$arch\${CPATH:+:\$CPATH}"
-export LIBRARY_PATH="$prefix/usr/lib/$arch\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
-export LD_LIBRARY_PATH="$prefix/usr/lib/$arch:$prefix/usr/lib/$arch/openblas-openmp\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}$prefix/runtime"
 export PATH="\$PATH:$prefix/usr/bin"
+# For a compiler without Debian's multiarch search paths:
+export CMAKE_LIBRARY_PATH="$prefix/usr/lib/$arch\${CMAKE_LIBRARY_PATH:+:\$CMAKE_LIBRARY_PATH}"
+export CMAKE_INCLUDE_PATH="$prefix/usr/include/$arch\${CMAKE_INCLUDE_PATH:+:\$CMAKE_INCLUDE_PATH}"
 export VLM_DEPS_PREFIX="$prefix/usr"
 EOF
   echo "gpu_deps: $(find "$dir" -maxdepth 1 -name '*.deb' | wc -l) packages unpacked into $prefix" \
