@@ -56,8 +56,8 @@ void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, co
 
 // The same ops on the GPU (kernels/cuda/norm.cu), T = float or bf16 (statistics in fp32), same
 // semantics and T-roundings as the cpu:: versions; all pointers on the current device, `stream` a
-// cudaStream_t (nullptr: legacy default stream), every call asynchronous. Rows are processed by one
-// warp (dim <= 1024) or one block per row, with 16-byte vector loads when every row pointer is
+// cudaStream_t (nullptr: legacy default stream), every call asynchronous. A row is processed by 1
+// warp (dim <= 1024), 4 (dim <= 4096) or 8, with 16-byte vector loads when every row pointer is
 // aligned. Parameter gradients (dw, db) are deterministic two-pass reductions: fixed row chunks
 // (a function of rows and dim only) write fp32 partials, a second kernel sums them in chunk order;
 // no atomics. Temporary partials come from the stream-ordered pool.

@@ -50,12 +50,17 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// (m, s) represents s * exp(m); m == -inf means "empty".
+// (m, s) represents s * exp(m); m == -inf means "empty": then s is 0, or NaN when a NaN logit was
+// seen before any finite one. Adding s2 (resp. s) in those cases keeps such a NaN, as the CPU's
+// sum does (bitwise the same as dropping it otherwise: it is 0).
 __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
-  if (m2 == -INFINITY) return;
+  if (m2 == -INFINITY) {
+    s += s2;
+    return;
+  }
   if (m == -INFINITY) {
     m = m2;
-    s = s2;
+    s += s2;
     return;
   }
   if (m2 > m) {
@@ -78,7 +83,8 @@ __global__ void __launch_bounds__(kThreads)
       const float v = ld(x + c);
       if (v == -INFINITY) continue;
       if (v > m) {
-        s = (m == -INFINITY ? 0.f : s * expf(m - v)) + 1.f;
+        // m == -inf: expf gives 0 and s stays 0, or NaN after a NaN logit (which propagates).
+        s = s * expf(m - v) + 1.f;
         m = v;
       } else {
         s += expf(v - m); // NaN propagates
@@ -152,10 +158,11 @@ __global__ void __launch_bounds__(kThreads)
       const float v = ld(x + c);
       if (v == -INFINITY) continue;
       if (v > m) {
-        s = (m == -INFINITY ? 0.f : s * expf(m - v)) + 1.f;
+        // m == -inf: expf gives 0 and s stays 0, or NaN after a NaN logit (which propagates).
+        s = s * expf(m - v) + 1.f;
         m = v;
       } else {
-        s += expf(v - m);
+        s += expf(v - m); // NaN propagates
       }
     }
 #pragma unroll
@@ -171,10 +178,15 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      float M = run_max[r], S = run_sum[r];
-      for (int w = 0; w < kWarps; w++) lse_merge(M, S, s_m[w], s_s[w]);
-      run_max[r] = M;
-      run_sum[r] = S;
+      float cm = s_m[0], cs = s_s[0];
+      for (int w = 1; w < kWarps; w++) lse_merge(cm, cs, s_m[w], s_s[w]);
+      // As the CPU: a chunk without a finite (or +inf) logit adds nothing.
+      if (cm != -INFINITY) {
+        float M = run_max[r], S = run_sum[r];
+        lse_merge(M, S, cm, cs);
+        run_max[r] = M;
+        run_sum[r] = S;
+      }
       const int64_t l = int64_t(labels[r]);
       if (l != ignore_index && l >= v0 && l < v0 + chunk) target[r] = ld(x + (l - v0));
     }
