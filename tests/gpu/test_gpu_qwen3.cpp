@@ -41,6 +41,7 @@
 #include "src/core/ops.h"
 #include "src/train/cmd_dump.h"
 #include "tests/gpu/gpu_testing.h"
+#include "tests/model/qwen3_golden_limits.h"
 #include "tests/temp_dir.h"
 
 using namespace vlm;
@@ -50,21 +51,14 @@ using vlm::testing::kGoldenF32Tol;
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
 
+using namespace vlm::testing::qwen3_golden;
+
 namespace {
 
 const Device kGpu = Device::cuda(0);
 
-constexpr double kLossTol = 1e-6;
-constexpr double kGradTol = 1e-4;
-constexpr double kBf16LogitsTol = 2e-2;
-constexpr double kBf16LossTol = 1e-3;
-constexpr double kBf16GradTol = 1e-1;
 constexpr double kChunkLossTol = 1e-6;
 constexpr double kChunkGradTol = 1e-5;
-
-std::string data(const std::string& rel) {
-  return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
-}
 
 using TensorMap = std::map<std::string, Tensor>;
 

@@ -21,6 +21,7 @@
 #include "model/qwen3.h"
 #include "src/train/cmd_dump.h"
 #include "tests/golden/golden.h"
+#include "tests/model/qwen3_golden_limits.h"
 #include "tests/temp_dir.h"
 
 using namespace vlm;
@@ -28,17 +29,9 @@ using vlm::testing::Golden;
 using vlm::testing::kGoldenF32Tol;
 using vlm::testing::rel_error;
 
+using namespace vlm::testing::qwen3_golden;
+
 namespace {
-
-constexpr double kLossTol = 1e-6;
-constexpr double kGradTol = 1e-4;
-constexpr double kBf16LogitsTol = 2e-2;
-constexpr double kBf16LossTol = 1e-3;
-constexpr double kBf16GradTol = 1e-1;
-
-std::string data(const std::string& rel) {
-  return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
-}
 
 struct Errors {
   double logits = 0, loss = 0, worst_grad = 0;
