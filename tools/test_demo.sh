@@ -30,7 +30,7 @@ run chunked --set training.loss_vocab_chunk=100
 if "$bin" train --set training.device=cuda:7 >log_device.txt 2>&1; then
   fail "training.device = cuda:7 was accepted"
 fi
-grep -q 'training.device = "cuda:7" is not available' log_device.txt ||
+grep -q 'training.device = cuda:7 is not available' log_device.txt ||
   { cat log_device.txt; fail "no clear error for a missing device"; }
 losses() { grep -o '"loss":[^,]*' "out_$1/metrics.jsonl"; }
 [[ $(losses a | wc -l) -eq 60 ]] || fail "expected 60 step records in out_a/metrics.jsonl"

@@ -19,6 +19,15 @@ template <typename A, typename T> A row_logsumexp(const T* x, int64_t n) {
   return mx + std::log(total);
 }
 
+// dx[c] = (softmax(x)[c] - [c == label]) * g for a row (or a vocabulary chunk of it) of n
+// logits whose full-row logsumexp is m; `label` outside [0, n): no -1 term in this chunk.
+template <typename A, typename T>
+void softmax_grad_row(T* dx, const T* x, int64_t n, A m, A g, int64_t label) {
+  for (int64_t c = 0; c < n; c++) dx[c] = from_acc<T>(std::exp(to_acc<A>(x[c]) - m) * g);
+  if (label >= 0 && label < n)
+    dx[label] = from_acc<T>((std::exp(to_acc<A>(x[label]) - m) - A(1)) * g);
+}
+
 } // namespace
 
 template <typename I>
@@ -67,9 +76,7 @@ void cross_entropy_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I
       std::fill(dx, dx + vocab, from_acc<T>(A(0)));
       continue;
     }
-    A m = lse[r];
-    for (int64_t c = 0; c < vocab; c++) dx[c] = from_acc<T>(std::exp(to_acc<A>(x[c]) - m) * g);
-    dx[l] = from_acc<T>((std::exp(to_acc<A>(x[l]) - m) - A(1)) * g);
+    softmax_grad_row(dx, x, vocab, lse[r], g, l);
   }
 }
 
@@ -125,10 +132,7 @@ void lce_chunk_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* la
       std::fill(dx, dx + chunk, from_acc<T>(A(0)));
       continue;
     }
-    const A m = lse[r];
-    for (int64_t c = 0; c < chunk; c++) dx[c] = from_acc<T>(std::exp(to_acc<A>(x[c]) - m) * g);
-    if (l >= v0 && l < v0 + chunk)
-      dx[l - v0] = from_acc<T>((std::exp(to_acc<A>(x[l - v0]) - m) - A(1)) * g);
+    softmax_grad_row(dx, x, chunk, lse[r], g, l - v0);
   }
 }
 

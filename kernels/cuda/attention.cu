@@ -32,27 +32,17 @@
 #include <vector>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/load_store.cuh"
 #include "kernels/cuda_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {
 
-// The device type behind each kernel-interface type (vlm::bf16 has the bits of __nv_bfloat16).
-template <typename T> struct Dev { using type = T; };
-template <> struct Dev<vlm::bf16> { using type = __nv_bfloat16; };
-template <typename T> using dev_t = typename Dev<T>::type;
-template <typename T> const dev_t<T>* dev(const T* p) {
-  return reinterpret_cast<const dev_t<T>*>(p);
-}
-template <typename T> dev_t<T>* dev(T* p) { return reinterpret_cast<dev_t<T>*>(p); }
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// Types and conversions shared with the other kernels (load_store.cuh, launch.cuh).
+using dev::from_f32;
+using dev::to_f32;
+using ldst::cuda_t;
+using ldst::dptr;
 
 struct Tile {
   int32_t start; // first token of the document
@@ -79,7 +69,7 @@ __device__ __forceinline__ void load_tile(float* dst, int ld, const T* src, int6
                                           int rows, int D) {
   for (int e = threadIdx.x; e < kRows * D; e += blockDim.x) {
     const int r = e / D, d = e - r * D;
-    dst[r * ld + d] = r < rows ? to_f(src[r * stride + d]) : 0.f;
+    dst[r * ld + d] = r < rows ? to_f32(src[r * stride + d]) : 0.f;
   }
 }
 
@@ -180,7 +170,7 @@ __global__ void __launch_bounds__(kBr * 4)
 #pragma unroll
   for (int c = 0; c < kD / kG; c++) {
     const int d = sub + kG * c;
-    if (d < D) out[row * D + d] = from_f<T>(acc[c] * inv);
+    if (d < D) out[row * D + d] = from_f32<T>(acc[c] * inv);
   }
   if (sub == 0) lse[row] = m + logf(l);
 }
@@ -337,7 +327,7 @@ __global__ void delta_kernel(float* __restrict__ delta, const T* __restrict__ do
   for (int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; row < n_rows;
        row += warps) {
     float s = 0.f;
-    for (int d = lane; d < D; d += 32) s += to_f(dout[row * D + d]) * to_f(out[row * D + d]);
+    for (int d = lane; d < D; d += 32) s += to_f32(dout[row * D + d]) * to_f32(out[row * D + d]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) delta[row] = s;
@@ -419,7 +409,7 @@ __global__ void __launch_bounds__(kBr * 4)
 #pragma unroll
   for (int c = 0; c < kD / kG; c++) {
     const int d = sub + kG * c;
-    if (d < D) dq[row * D + d] = from_f<T>(scale * acc[c]);
+    if (d < D) dq[row * D + d] = from_f32<T>(scale * acc[c]);
   }
 }
 
@@ -511,8 +501,8 @@ __global__ void __launch_bounds__(kBc * 8)
   for (int c = 0; c < kD / kG; c++) {
     const int d = sub + kG * c;
     if (d < D) {
-      dk[at + d] = from_f<T>(scale * dk_acc[c]);
-      dv[at + d] = from_f<T>(dv_acc[c]);
+      dk[at + d] = from_f32<T>(scale * dk_acc[c]);
+      dv[at + d] = from_f32<T>(dv_acc[c]);
     }
   }
 }
@@ -842,17 +832,18 @@ void attention_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
         auto kernel = flash_fwd_wmma_kernel<kD, kB>;
         allow_smem(kernel, C::smem);
         kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-            dev(out), lse, dev(q), dev(k), dev(v), tiles.p, Hq, Hkv, D, float(s.scale), s.causal);
+            dptr(out), lse, dptr(q), dptr(k), dptr(v), tiles.p, Hq, Hkv, D, float(s.scale),
+            s.causal);
         check_last_launch("attention_fwd (tensor cores)");
         return;
       }
     }
     using C = FwdCfg<kD, kB, kB>;
     const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, true), st);
-    auto kernel = flash_fwd_kernel<dev_t<T>, kD, kB, kB>;
+    auto kernel = flash_fwd_kernel<cuda_t<T>, kD, kB, kB>;
     allow_smem(kernel, C::smem);
     kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-        dev(out), lse, dev(q), dev(k), dev(v), tiles.p, Hq, Hkv, D, float(s.scale), s.causal);
+        dptr(out), lse, dptr(q), dptr(k), dptr(v), tiles.p, Hq, Hkv, D, float(s.scale), s.causal);
     check_last_launch("attention_fwd");
   });
 }
@@ -869,7 +860,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
   float* delta = static_cast<float*>(malloc_async(size_t(n_rows) * sizeof(float), st));
   {
     const int blocks = int(std::min<int64_t>((n_rows + 7) / 8, 65536));
-    delta_kernel<<<blocks, 256, 0, st>>>(delta, dev(dout), dev(out), n_rows, D);
+    delta_kernel<<<blocks, 256, 0, st>>>(delta, dptr(dout), dptr(out), n_rows, D);
     check_last_launch("attention_bwd (delta)");
   }
   by_head_dim(D, [&](auto kd) {
@@ -882,8 +873,8 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
           auto kernel = flash_dkv_wmma_kernel<kD, kB, 32>;
           allow_smem(kernel, C::smem);
           kernel<<<dim3(unsigned(tiles.n), unsigned(Hkv)), C::kThreads, C::smem, st>>>(
-              dev(dk), dev(dv), dev(dout), dev(q), dev(k), dev(v), lse, delta, tiles.p, Hq, Hkv, D,
-              float(s.scale), s.causal);
+              dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq,
+              Hkv, D, float(s.scale), s.causal);
           check_last_launch("attention_bwd (dk, dv; tensor cores)");
         }
         {
@@ -892,7 +883,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
           auto kernel = flash_dq_wmma_kernel<kD, kB, kB>;
           allow_smem(kernel, C::smem);
           kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-              dev(dq), dev(dout), dev(q), dev(k), dev(v), lse, delta, tiles.p, Hq, Hkv, D,
+              dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq, Hkv, D,
               float(s.scale), s.causal);
           check_last_launch("attention_bwd (dq; tensor cores)");
         }
@@ -902,20 +893,20 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
     {
       using C = DkvCfg<kD, kKv, kKv>;
       const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kKv, s.causal, false), st);
-      auto kernel = flash_dkv_kernel<dev_t<T>, kD, kKv, kKv>;
+      auto kernel = flash_dkv_kernel<cuda_t<T>, kD, kKv, kKv>;
       allow_smem(kernel, C::smem);
       kernel<<<dim3(unsigned(tiles.n), unsigned(Hkv)), C::kThreads, C::smem, st>>>(
-          dev(dk), dev(dv), dev(dout), dev(q), dev(k), dev(v), lse, delta, tiles.p, Hq, Hkv, D,
-          float(s.scale), s.causal);
+          dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq, Hkv,
+          D, float(s.scale), s.causal);
       check_last_launch("attention_bwd (dk, dv)");
     }
     {
       using C = DqCfg<kD, kB, kB>;
       const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, true), st);
-      auto kernel = flash_dq_kernel<dev_t<T>, kD, kB, kB>;
+      auto kernel = flash_dq_kernel<cuda_t<T>, kD, kB, kB>;
       allow_smem(kernel, C::smem);
       kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-          dev(dq), dev(dout), dev(q), dev(k), dev(v), lse, delta, tiles.p, Hq, Hkv, D,
+          dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq, Hkv, D,
           float(s.scale), s.causal);
       check_last_launch("attention_bwd (dq)");
     }
@@ -945,7 +936,7 @@ __device__ int find_doc(const int32_t* cu, int docs, int64_t t) {
 
 template <typename T> __device__ float dot_rows(const T* a, const T* b, int D) {
   float s = 0.f;
-  for (int d = 0; d < D; d++) s += to_f(a[d]) * to_f(b[d]);
+  for (int d = 0; d < D; d++) s += to_f32(a[d]) * to_f32(b[d]);
   return s;
 }
 
@@ -971,10 +962,10 @@ __global__ void ref_fwd_kernel(T* out, float* lse, const T* q, const T* k, const
     const int64_t kv = ((start + j) * Hkv + g) * D;
     const float p = expf(scale * dot_rows(qr, k + kv, D) - m);
     denom += p;
-    for (int d = 0; d < D; d++) acc[d] += p * to_f(v[kv + d]);
+    for (int d = 0; d < D; d++) acc[d] += p * to_f32(v[kv + d]);
   }
   const float inv = 1.f / denom;
-  for (int d = 0; d < D; d++) out[row * D + d] = from_f<T>(acc[d] * inv);
+  for (int d = 0; d < D; d++) out[row * D + d] = from_f32<T>(acc[d] * inv);
   lse[row] = m + logf(denom);
 }
 
@@ -996,9 +987,9 @@ __global__ void ref_dq_kernel(T* dq, const T* dout, const T* q, const T* k, cons
     const int64_t kv = ((start + j) * Hkv + g) * D;
     const float p = expf(scale * dot_rows(q + row * D, k + kv, D) - lse[row]);
     const float ds = p * (dot_rows(dout + row * D, v + kv, D) - delta);
-    for (int d = 0; d < D; d++) acc[d] += ds * to_f(k[kv + d]);
+    for (int d = 0; d < D; d++) acc[d] += ds * to_f32(k[kv + d]);
   }
-  for (int d = 0; d < D; d++) dq[row * D + d] = from_f<T>(scale * acc[d]);
+  for (int d = 0; d < D; d++) dq[row * D + d] = from_f32<T>(scale * acc[d]);
 }
 
 template <typename T>
@@ -1020,14 +1011,14 @@ __global__ void ref_dkv_kernel(T* dk, T* dv, const T* dout, const T* q, const T*
       const float p = expf(scale * dot_rows(q + row * D, k + kv, D) - lse[row]);
       const float ds = p * (dot_rows(dout + row * D, v + kv, D) - delta);
       for (int d = 0; d < D; d++) {
-        dv_acc[d] += p * to_f(dout[row * D + d]);
-        dk_acc[d] += ds * to_f(q[row * D + d]);
+        dv_acc[d] += p * to_f32(dout[row * D + d]);
+        dk_acc[d] += ds * to_f32(q[row * D + d]);
       }
     }
   }
   for (int d = 0; d < D; d++) {
-    dk[kv + d] = from_f<T>(scale * dk_acc[d]);
-    dv[kv + d] = from_f<T>(dv_acc[d]);
+    dk[kv + d] = from_f32<T>(scale * dk_acc[d]);
+    dv[kv + d] = from_f32<T>(dv_acc[d]);
   }
 }
 
@@ -1044,7 +1035,7 @@ void attention_ref_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
   if (s.tokens == 0) return;
   ref_fwd_kernel<<<ref_grid(s.tokens, s.q_heads), kRefThreads, 0,
                    static_cast<cudaStream_t>(stream)>>>(
-      dev(out), lse, dev(q), dev(k), dev(v), cu_seqlens_device, int(s.docs), s.tokens,
+      dptr(out), lse, dptr(q), dptr(k), dptr(v), cu_seqlens_device, int(s.docs), s.tokens,
       int(s.q_heads), int(s.kv_heads), int(s.head_dim), float(s.scale), s.causal);
   check_last_launch("attention_ref_fwd");
 }
@@ -1057,11 +1048,12 @@ void attention_ref_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* 
   if (s.tokens == 0) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   ref_dq_kernel<<<ref_grid(s.tokens, s.q_heads), kRefThreads, 0, st>>>(
-      dev(dq), dev(dout), dev(q), dev(k), dev(v), dev(out), lse, cu_seqlens_device, int(s.docs),
-      s.tokens, int(s.q_heads), int(s.kv_heads), int(s.head_dim), float(s.scale), s.causal);
+      dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), dptr(out), lse, cu_seqlens_device,
+      int(s.docs), s.tokens, int(s.q_heads), int(s.kv_heads), int(s.head_dim), float(s.scale),
+      s.causal);
   check_last_launch("attention_ref_bwd (dq)");
   ref_dkv_kernel<<<ref_grid(s.tokens, s.kv_heads), kRefThreads, 0, st>>>(
-      dev(dk), dev(dv), dev(dout), dev(q), dev(k), dev(v), dev(out), lse, cu_seqlens_device,
+      dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), dptr(out), lse, cu_seqlens_device,
       int(s.docs), s.tokens, int(s.q_heads), int(s.kv_heads), int(s.head_dim), float(s.scale),
       s.causal);
   check_last_launch("attention_ref_bwd (dk, dv)");

@@ -71,6 +71,42 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
   }
 }
 
+// The (max, sum of exp(x - max)) pair of the row x[0, n) over the block (every thread must
+// call; thread 0 gets the result): a running pair per thread, merged over the warp, then over
+// the warps by thread 0 in warp order. s_m, s_s: kWarps floats of shared memory each.
+template <typename T>
+__device__ void row_max_sumexp(const T* x, int64_t n, float* s_m, float* s_s, float& row_m,
+                               float& row_s) {
+  float m = -INFINITY, s = 0;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = ld(x + c);
+    if (v == -INFINITY) continue;
+    if (v > m) {
+      // m == -inf: expf gives 0 and s stays 0, or NaN after a NaN logit (which propagates).
+      s = s * expf(m - v) + 1.f;
+      m = v;
+    } else {
+      s += expf(v - m); // NaN propagates
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    lse_merge(m, s, m2, s2);
+  }
+  __syncthreads(); // the previous row's readers of s_m, s_s are done
+  if ((threadIdx.x & 31) == 0) {
+    s_m[threadIdx.x >> 5] = m;
+    s_s[threadIdx.x >> 5] = s;
+  }
+  __syncthreads();
+  row_m = s_m[0];
+  row_s = s_s[0];
+  if (threadIdx.x == 0)
+    for (int w = 1; w < kWarps; w++) lse_merge(row_m, row_s, s_m[w], s_s[w]);
+}
+
 template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
     ce_fwd_kernel(float* row_loss, float* lse, const T* logits, const I* labels, int64_t rows,
@@ -78,33 +114,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_m[kWarps], s_s[kWarps];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = logits + r * vocab;
-    float m = -INFINITY, s = 0;
-    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
-      const float v = ld(x + c);
-      if (v == -INFINITY) continue;
-      if (v > m) {
-        // m == -inf: expf gives 0 and s stays 0, or NaN after a NaN logit (which propagates).
-        s = s * expf(m - v) + 1.f;
-        m = v;
-      } else {
-        s += expf(v - m); // NaN propagates
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-      const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-      lse_merge(m, s, m2, s2);
-    }
-    __syncthreads(); // the previous row's readers are done
-    if ((threadIdx.x & 31) == 0) {
-      s_m[threadIdx.x >> 5] = m;
-      s_s[threadIdx.x >> 5] = s;
-    }
-    __syncthreads();
+    float M, S;
+    row_max_sumexp(x, vocab, s_m, s_s, M, S);
     if (threadIdx.x == 0) {
-      float M = s_m[0], S = s_s[0];
-      for (int w = 1; w < kWarps; w++) lse_merge(M, S, s_m[w], s_s[w]);
       // All -inf (or a +inf): the CPU returns the max itself.
       const float out = isinf(M) ? M : M + logf(S);
       lse[r] = out;
@@ -153,33 +165,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_m[kWarps], s_s[kWarps];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = logits + r * chunk;
-    float m = -INFINITY, s = 0;
-    for (int64_t c = threadIdx.x; c < chunk; c += blockDim.x) {
-      const float v = ld(x + c);
-      if (v == -INFINITY) continue;
-      if (v > m) {
-        // m == -inf: expf gives 0 and s stays 0, or NaN after a NaN logit (which propagates).
-        s = s * expf(m - v) + 1.f;
-        m = v;
-      } else {
-        s += expf(v - m); // NaN propagates
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-      const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-      lse_merge(m, s, m2, s2);
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-      s_m[threadIdx.x >> 5] = m;
-      s_s[threadIdx.x >> 5] = s;
-    }
-    __syncthreads();
+    float cm, cs;
+    row_max_sumexp(x, chunk, s_m, s_s, cm, cs);
     if (threadIdx.x == 0) {
-      float cm = s_m[0], cs = s_s[0];
-      for (int w = 1; w < kWarps; w++) lse_merge(cm, cs, s_m[w], s_s[w]);
       // As the CPU: a chunk without a finite (or +inf) logit adds nothing.
       if (cm != -INFINITY) {
         float M = run_max[r], S = run_sum[r];

@@ -37,6 +37,11 @@ int cuda_device_count() {
 #endif
 }
 
+void check_device_available(Device device, const std::string& setting) {
+  VLM_CHECK(device.is_cpu() || (device.index >= 0 && device.index < cuda_device_count()), setting,
+            " = ", device.str(), " is not available: ", cuda_device_query());
+}
+
 double device_peak_tflops(Device device) {
 #if VLM_WITH_CUDA
   if (device.is_cuda() && device.index < cuda_device_count())

@@ -23,6 +23,11 @@ struct Device {
 // "cpu", "cuda" (= cuda:0) or "cuda:N"; anything else throws naming the text.
 Device parse_device(const std::string& text);
 
+// Throws "<setting> = <device> is not available: <cuda_device_query()>" unless `device` is the
+// CPU or a CUDA device this process can use; `setting` names where the device came from (a
+// config key or a command-line option), so the message says what to change.
+void check_device_available(Device device, const std::string& setting);
+
 // True when this binary was built with the CUDA backend.
 bool cuda_built();
 // Number of usable CUDA devices; 0 when built without CUDA or when no device/driver is present.

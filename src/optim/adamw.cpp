@@ -36,13 +36,6 @@ void check_param(const ParamGroup& g, const Tensor& p, std::set<std::string>& na
             p.desc(), ": f64 parameters are updated on CPU only (CUDA: f32 or bf16)");
 }
 
-// The f32 copy of a bf16 parameter, on the parameter's device. (The f32 values are made on the
-// host, so this needs no CUDA cast kernel; it runs once per optimizer, not per step.)
-Tensor f32_copy(const Tensor& p) {
-  if (p.device().is_cpu()) return p.detach().to(DType::f32);
-  return p.detach().to(Device::cpu()).to(DType::f32).to(p.device());
-}
-
 // CUDA parameters are not updated one by one: step() collects them into batches of one device
 // and one (param, grad) dtype pair, each updated by one multi-tensor launch.
 struct CudaBatch {
@@ -136,7 +129,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
       AdamWState st;
       st.exp_avg = Tensor::zeros(p.shape(), state_dtype(p.dtype()), p.device());
       st.exp_avg_sq = Tensor::zeros(p.shape(), state_dtype(p.dtype()), p.device());
-      if (p.dtype() == DType::bf16) st.master = f32_copy(p);
+      if (p.dtype() == DType::bf16) st.master = p.detach().to(DType::f32);
       state_.emplace(p.name(), std::move(st));
     }
   }
@@ -187,17 +180,7 @@ void AdamW::refresh_master() {
   for (auto& g : groups_)
     for (auto& p : g.params) {
       AdamWState& st = state_.at(p.name());
-      if (!st.master.defined()) continue;
-      if (p.device().is_cpu()) {
-        copy_(st.master, p.detach());
-        continue;
-      }
-#if VLM_WITH_CUDA
-      // Into the existing master's storage (f32 values made on the host).
-      Tensor host = p.detach().to(Device::cpu()).to(DType::f32);
-      kernels::cuda::memcpy_h2d(st.master.data_ptr(), host.data_ptr(), host.nbytes(), nullptr);
-      kernels::cuda::stream_synchronize(nullptr); // `host` is freed at the end of this scope
-#endif
+      if (st.master.defined()) copy_(st.master, p.detach()); // into the master's own storage
     }
 }
 

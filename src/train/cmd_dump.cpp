@@ -59,6 +59,7 @@ model::TextBatch read_text_batch(const std::string& path) {
 DumpResult run_dump(const DumpOptions& o) {
   VLM_CHECK(!o.model_dir.empty() && !o.batch_path.empty() && !o.out_path.empty(),
             "dump: --model, --batch and --out are required\n", kUsage);
+  check_device_available(o.device, "dump: --device");
   const model::Qwen3Config cfg = model::Qwen3Config::load(o.model_dir);
   model::Qwen3ForCausalLM net(cfg, o.dtype);
   model::load_hf_weights(net, o.model_dir);

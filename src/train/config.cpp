@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <sstream>
+#include <type_traits>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -119,59 +120,36 @@ struct Field {
   std::string full() const { return section + "." + key; }
 };
 
-void bind(std::vector<Field>& out, const char* s, const char* k, bool& v, const char* help) {
+// A field holding a plain value of type V of TOML kind `kind`; doubles must be finite.
+template <class V>
+void bind_value(std::vector<Field>& out, const char* s, const char* k, V& v, const char* help,
+                Kind kind) {
   out.push_back({s,
                  k,
                  help,
-                 Kind::boolean,
+                 kind,
                  {},
                  {},
                  [&v] { return Value(v); },
                  [&v](const Value& x) {
-                   v = std::get<bool>(x);
+                   const V value = std::get<V>(x);
+                   if constexpr (std::is_same_v<V, double>)
+                     if (!std::isfinite(value)) return std::string("must be a finite number");
+                   v = value;
                    return std::string();
                  }});
+}
+void bind(std::vector<Field>& out, const char* s, const char* k, bool& v, const char* help) {
+  bind_value(out, s, k, v, help, Kind::boolean);
 }
 void bind(std::vector<Field>& out, const char* s, const char* k, int64_t& v, const char* help) {
-  out.push_back({s,
-                 k,
-                 help,
-                 Kind::integer,
-                 {},
-                 {},
-                 [&v] { return Value(v); },
-                 [&v](const Value& x) {
-                   v = std::get<int64_t>(x);
-                   return std::string();
-                 }});
+  bind_value(out, s, k, v, help, Kind::integer);
 }
 void bind(std::vector<Field>& out, const char* s, const char* k, double& v, const char* help) {
-  out.push_back({s,
-                 k,
-                 help,
-                 Kind::floating,
-                 {},
-                 {},
-                 [&v] { return Value(v); },
-                 [&v](const Value& x) {
-                   const double d = std::get<double>(x);
-                   if (!std::isfinite(d)) return std::string("must be a finite number");
-                   v = d;
-                   return std::string();
-                 }});
+  bind_value(out, s, k, v, help, Kind::floating);
 }
 void bind(std::vector<Field>& out, const char* s, const char* k, std::string& v, const char* help) {
-  out.push_back({s,
-                 k,
-                 help,
-                 Kind::string,
-                 {},
-                 {},
-                 [&v] { return Value(v); },
-                 [&v](const Value& x) {
-                   v = std::get<std::string>(x);
-                   return std::string();
-                 }});
+  bind_value(out, s, k, v, help, Kind::string);
 }
 template <class E>
 void bind(std::vector<Field>& out, const char* s, const char* k, E& v, const char* help) {

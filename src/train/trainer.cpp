@@ -104,8 +104,7 @@ TrainSummary run_training(const TrainConfig& c) {
   const auto start = Clock::now();
 
   const Device device = parse_device(t.device);
-  VLM_CHECK(device.is_cpu() || device.index < cuda_device_count(), "config: training.device = \"",
-            t.device, "\" is not available: ", cuda_device_query());
+  check_device_available(device, "config: training.device");
   Allocator& device_memory = allocator_for(device);
   io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
   const model::Qwen3Config mc = model_config(c, tok);

@@ -69,6 +69,9 @@ TEST_CASE("device: parse_device reads cpu, cuda, cuda:N and names bad text", "[c
   for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "cuda:123456"})
     CHECK_THROWS_WITH(parse_device(bad), Catch::Contains(std::string("unknown device '") + bad));
   CHECK(device_peak_tflops(Device::cpu()) == 0.0);
+  CHECK_NOTHROW(check_device_available(Device::cpu(), "training.device"));
+  CHECK_THROWS_WITH(check_device_available(Device::cuda(999), "training.device"),
+                    Catch::Contains("training.device = cuda:999 is not available: "));
 }
 
 TEST_CASE("tensor: empty_pinned gives host memory that copies like any CPU tensor", "[core]") {

@@ -37,12 +37,13 @@
 using namespace vlm;
 namespace kc = vlm::kernels::cuda;
 
+using vlm::testing::gpu;
+using vlm::testing::kGpu;
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
+using vlm::testing::same_bits;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.to(Device::cpu()).to_doubles() == b.to(Device::cpu()).to_doubles();

@@ -30,14 +30,13 @@ using namespace vlm;
 using testing::leaf;
 using testing::max_rel_error;
 
+using vlm::testing::gpu;
+using vlm::testing::kGpu;
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
+using vlm::testing::same_bits;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
-
-Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 
 double tol_for(DType t, bool chain = false) {
   if (t == DType::f32) return 1e-5;

@@ -17,12 +17,13 @@
 
 using namespace vlm;
 
+using vlm::testing::gpu;
+using vlm::testing::kGpu;
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
+using vlm::testing::same_bits;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
 
 double tolerance(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-2; }
 

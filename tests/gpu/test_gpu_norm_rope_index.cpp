@@ -19,28 +19,15 @@
 
 using namespace vlm;
 
+using vlm::testing::gpu;
+using vlm::testing::kGpu;
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
+using vlm::testing::same_bits;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
-
-Tensor gpu(const Tensor& t) { return t.detach().to(kGpu); }
 Tensor gpu_leaf(const Tensor& t) { return testing::leaf(t.detach().to(kGpu)); }
-
-double rel(const Tensor& got, const Tensor& want) {
-  REQUIRE(got.defined());
-  REQUIRE(want.defined());
-  REQUIRE(got.shape() == want.shape());
-  return testing::max_rel_error(got.to_doubles(), want.to_doubles());
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  Tensor ha = a.to(Device::cpu()).contiguous(), hb = b.to(Device::cpu()).contiguous();
-  return ha.dtype() == hb.dtype() && ha.shape() == hb.shape() &&
-         std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-}
 
 double tol(DType dt) { return dt == DType::bf16 ? 1e-2 : 1e-5; }
 
@@ -99,14 +86,14 @@ void compare_norm(Norm n, DType dt, int64_t rows, int64_t dim, uint64_t seed) {
   Tensor yc = run_norm(n, xc, zc, wc, bc);
   Tensor yg = run_norm(n, xg, zg, wg, bg);
   CHECK(yg.device() == kGpu);
-  CHECK(rel(yg, yc) <= tol(dt));
+  CHECK(rel_err(yg, yc) <= tol(dt));
   yc.backward(dy);
   yg.backward(gpu(dy));
   const double param_tol = dt == DType::f32 && rows > 65535 ? 3e-5 : tol(dt);
-  CHECK(rel(xg.grad(), xc.grad()) <= tol(dt));
-  if (z.defined()) CHECK(rel(zg.grad(), zc.grad()) <= tol(dt));
-  if (w.defined()) CHECK(rel(wg.grad(), wc.grad()) <= param_tol);
-  if (b.defined()) CHECK(rel(bg.grad(), bc.grad()) <= param_tol);
+  CHECK(rel_err(xg.grad(), xc.grad()) <= tol(dt));
+  if (z.defined()) CHECK(rel_err(zg.grad(), zc.grad()) <= tol(dt));
+  if (w.defined()) CHECK(rel_err(wg.grad(), wc.grad()) <= param_tol);
+  if (b.defined()) CHECK(rel_err(bg.grad(), bc.grad()) <= param_tol);
 }
 
 const Norm kAllNorms[] = {Norm::rms_none,   Norm::rms_scale, Norm::rms_offset,     Norm::gated,
@@ -146,8 +133,8 @@ TEST_CASE("gpu norms: unaligned rows take the scalar path and still match", "[gp
     Tensor w = Tensor::randn({dim}, rng, dt, 0.5);
     Tensor xc = reshape(slice(flat, 0, 1, rows * dim + 1), {rows, dim});
     Tensor xg = reshape(slice(gpu(flat), 0, 1, rows * dim + 1), {rows, dim});
-    CHECK(rel(rms_norm(xg, gpu(w), 1e-6), rms_norm(xc, w, 1e-6)) <= tol(dt));
-    CHECK(rel(layer_norm(xg, gpu(w), gpu(w), 1e-5), layer_norm(xc, w, w, 1e-5)) <= tol(dt));
+    CHECK(rel_err(rms_norm(xg, gpu(w), 1e-6), rms_norm(xc, w, 1e-6)) <= tol(dt));
+    CHECK(rel_err(layer_norm(xg, gpu(w), gpu(w), 1e-5), layer_norm(xc, w, w, 1e-5)) <= tol(dt));
   }
 }
 
@@ -197,8 +184,8 @@ TEST_CASE("gpu rope: tables, forward and backward match the CPU op (partial rota
         RopeTables tg = rope_tables(gpu(p), c.rotary_dim, 1e6, dt);
         CHECK(tg.cos.device() == kGpu);
         // cos/sin: CUDA's cosf/sinf are within 2 ulp of the host's, before rounding to dt.
-        CHECK(rel(tg.cos, tc.cos) <= (dt == DType::bf16 ? 8e-3 : 1e-6));
-        CHECK(rel(tg.sin, tc.sin) <= (dt == DType::bf16 ? 8e-3 : 1e-6));
+        CHECK(rel_err(tg.cos, tc.cos) <= (dt == DType::bf16 ? 8e-3 : 1e-6));
+        CHECK(rel_err(tg.sin, tc.sin) <= (dt == DType::bf16 ? 8e-3 : 1e-6));
       }
       // The rotation itself from the same tables: bit-identical, forward and backward.
       RopeTables same;

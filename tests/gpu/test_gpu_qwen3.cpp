@@ -41,21 +41,22 @@
 #include "src/core/ops.h"
 #include "src/train/cmd_dump.h"
 #include "tests/gpu/gpu_testing.h"
-#include "tests/model/qwen3_golden_limits.h"
+#include "tests/model/qwen3_golden_cases.h"
 #include "tests/temp_dir.h"
 
 using namespace vlm;
 using vlm::model::ActivationCheckpointing;
 using vlm::testing::Golden;
+using vlm::testing::gpu;
 using vlm::testing::kGoldenF32Tol;
+using vlm::testing::kGpu;
 using vlm::testing::rel_err;
 using vlm::testing::require_device;
+using vlm::testing::same_bits;
 
 using namespace vlm::testing::qwen3_golden;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
 
 constexpr double kChunkLossTol = 1e-6;
 constexpr double kChunkGradTol = 1e-5;
@@ -65,19 +66,7 @@ using TensorMap = std::map<std::string, Tensor>;
 // `vlmtrain dump` of one golden case on `device`: logits, loss and (with grads) every gradient.
 TensorMap dump(const std::string& variant, const std::string& batch, DType dtype, bool grads,
                Device device, ActivationCheckpointing ac = ActivationCheckpointing::off) {
-  testing::TempDir tmp("gpu_qwen3");
-  train::DumpOptions o;
-  o.model_dir = data("qwen3_tiny_" + variant);
-  o.batch_path = data("qwen3_tiny_batches/" + batch + ".safetensors");
-  o.out_path = tmp.file("dump.safetensors");
-  o.grads = grads;
-  o.dtype = dtype;
-  o.ac = ac;
-  o.device = device;
-  train::run_dump(o);
-  // The file says where it ran: a dump that silently stayed on the CPU would pass the golden.
-  CHECK(io::SafetensorsFile(o.out_path).metadata().at("device") == device.str());
-  return testing::read_all_tensors(o.out_path);
+  return dump_golden_case(variant, batch, dtype, grads, ac, device);
 }
 
 struct Errors {
@@ -146,15 +135,11 @@ Errors vs_golden(const TensorMap& got, const std::string& variant, const std::st
 }
 
 // True when both dumps hold the same tensors with the same bits.
-bool same_bits(const TensorMap& a, const TensorMap& b) {
+bool same_dump(const TensorMap& a, const TensorMap& b) {
   if (a.size() != b.size()) return false;
   for (const auto& [name, t] : a) {
-    INFO("tensor " << name);
     auto it = b.find(name);
-    if (it == b.end()) return false;
-    const Tensor& u = it->second;
-    if (t.dtype() != u.dtype() || t.shape() != u.shape() ||
-        std::memcmp(t.data_ptr(), u.data_ptr(), t.nbytes()) != 0) {
+    if (it == b.end() || !same_bits(t, it->second)) {
       UNSCOPED_INFO("differs: " << name);
       return false;
     }
@@ -300,7 +285,7 @@ TEST_CASE("gpu qwen3: activation checkpointing full and selective on CUDA are bi
     const TensorMap off = dump(c.variant, "packed", c.dtype, true, kGpu);
     for (auto ac : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
       INFO("ac " << model::activation_checkpointing_name(ac));
-      CHECK(same_bits(dump(c.variant, "packed", c.dtype, true, kGpu, ac), off));
+      CHECK(same_dump(dump(c.variant, "packed", c.dtype, true, kGpu, ac), off));
     }
   }
 }

@@ -46,10 +46,13 @@
 
 using namespace vlm;
 using vlm::model::TextBatch;
+using vlm::testing::gpu;
+using vlm::testing::kGpu;
 using vlm::testing::kLoopGolden;
 using vlm::testing::loop_config;
 using vlm::testing::read_tensor;
 using vlm::testing::require_device;
+using vlm::testing::same_bits;
 using vlm::train::TrainConfig;
 using vlm::train::TrainStepper;
 
@@ -61,7 +64,6 @@ constexpr int kLoopBf16NormSteps = 5;
 constexpr double kDemoTol = 1e-4;
 constexpr double kDemoWeightTol = 1e-3;
 
-const Device kGpu = Device::cuda(0);
 std::shared_ptr<model::Qwen3ForCausalLM> tiny_model(DType dtype, Device device) {
   return testing::loop_model(dtype, device);
 }

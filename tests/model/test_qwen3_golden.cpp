@@ -21,7 +21,7 @@
 #include "model/qwen3.h"
 #include "src/train/cmd_dump.h"
 #include "tests/golden/golden.h"
-#include "tests/model/qwen3_golden_limits.h"
+#include "tests/model/qwen3_golden_cases.h"
 #include "tests/temp_dir.h"
 
 using namespace vlm;
@@ -41,16 +41,7 @@ struct Errors {
 // Runs `vlmtrain dump` on one golden case and compares with the golden tensors.
 Errors run_case(const std::string& variant, const std::string& batch, DType dtype, bool grads,
                 model::ActivationCheckpointing ac = model::ActivationCheckpointing::off) {
-  testing::TempDir tmp("qwen3_golden");
-  train::DumpOptions o;
-  o.model_dir = data("qwen3_tiny_" + variant);
-  o.batch_path = data("qwen3_tiny_batches/" + batch + ".safetensors");
-  o.out_path = tmp.file("dump.safetensors");
-  o.grads = grads;
-  o.dtype = dtype;
-  o.ac = ac;
-  train::run_dump(o);
-  auto got = testing::read_all_tensors(o.out_path);
+  auto got = dump_golden_case(variant, batch, dtype, grads, ac, Device::cpu());
 
   const Golden g("qwen3_tiny");
   const std::string c = variant + "_" + batch;
