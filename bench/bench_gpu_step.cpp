@@ -44,9 +44,8 @@
 #if VLM_WITH_CUDA
 #include "kernels/cuda_runtime.h"
 #endif
-#include "model/flops.h"
-#include "model/qwen3.h"
-#include "model/qwen3_config.h"
+#include "model/model_spec.h"
+#include "parallel/activation_checkpointing.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "src/core/allocator.h"
@@ -130,34 +129,18 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Qwen3-1.7B's config.json (qwen-models.md §1.1).
-model::Qwen3Config qwen3_1_7b_config() {
-  model::Qwen3Config c;
-  c.vocab_size = 151936;
-  c.hidden_size = 2048;
-  c.intermediate_size = 6144;
-  c.num_hidden_layers = 28;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 128;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  c.tie_word_embeddings = true;
-  c.max_position_embeddings = 40960;
-  c.torch_dtype = "bfloat16";
-  return c;
-}
-
-model::Qwen3Config model_config(const Options& o) {
-  model::Qwen3Config c = o.preset == "tiny" ? model::tiny_qwen3_config(true) : qwen3_1_7b_config();
-  if (o.layers > 0) c.num_hidden_layers = o.layers;
-  c.max_position_embeddings = std::max(c.max_position_embeddings, o.seq_len);
-  c.validate();
+// The preset's config.json (registry presets "qwen3-1.7b", or "tiny" with a tied head), with
+// --layers and the row length applied.
+nlohmann::json model_config(const Options& o) {
+  nlohmann::json c = model::preset_config(o.preset == "tiny" ? "tiny" : "qwen3-1.7b");
+  if (o.preset == "tiny") c["tie_word_embeddings"] = true;
+  if (o.layers > 0) c["num_hidden_layers"] = o.layers;
+  c["max_position_embeddings"] = std::max(c["max_position_embeddings"].get<int64_t>(), o.seq_len);
   return c;
 }
 
 struct Batch {
-  model::TextBatch text; // on the CPU
+  model::Batch text; // on the CPU
   std::vector<int32_t> cu_seqlens;
   int64_t ids_checksum = 0;
 };
@@ -178,9 +161,9 @@ Batch make_batch(const Options& o, int64_t vocab) {
     pos[size_t(t)] = t % o.seq_len;
   }
   for (int64_t r = 0; r <= o.rows; r++) b.cu_seqlens.push_back(int32_t(r * o.seq_len));
-  b.text = model::text_batch_from_labels(
-      Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
-      Tensor::from_vector(pos, {T}), Tensor::from_vector(b.cu_seqlens, {o.rows + 1}));
+  b.text = model::batch_from_labels(Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
+                                    Tensor::from_vector(pos, {T}),
+                                    Tensor::from_vector(b.cu_seqlens, {o.rows + 1}));
   return b;
 }
 
@@ -207,11 +190,12 @@ double seconds_since(Clock::time_point a) {
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    const model::Qwen3Config mc = model_config(o);
+    const nlohmann::json config = model_config(o);
+    std::shared_ptr<model::CausalLM> m = model::build_model(config, "bench_gpu_step", DType::bf16);
     if (!o.write_config.empty()) {
       std::ofstream f(o.write_config);
       VLM_CHECK(f.good(), "bench_gpu_step: cannot write ", o.write_config);
-      f << mc.to_json().dump(2) << "\n";
+      f << m->hf_config().dump(2) << "\n";
       VLM_CHECK(f.good(), "bench_gpu_step: cannot write ", o.write_config);
       return 0;
     }
@@ -220,7 +204,6 @@ int main(int argc, char** argv) {
               o.device, " is not available: ", cuda_device_query());
 
     const auto init_start = Clock::now();
-    auto m = std::make_shared<model::Qwen3ForCausalLM>(mc, DType::bf16);
     Rng rng(0);
     m->init_weights(rng); // on the CPU, as the trainer does
     m->to(device);
@@ -242,15 +225,14 @@ int main(int argc, char** argv) {
     t.max_grad_norm = 1.0;
     t.micro_batch_rows = o.rows;
     c.data.seq_len = o.seq_len;
-    t.ac_mode = o.ac == "full"        ? train::AcMode::full
-                : o.ac == "selective" ? train::AcMode::selective
-                                      : train::AcMode::off;
+    t.ac_mode = parallel::parse_ac_mode(o.ac);
+    parallel::apply_activation_checkpointing(m->blocks(), t.ac_mode);
     t.loss_vocab_chunk = o.loss_vocab_chunk;
     train::TrainStepper stepper(c, m);
 
-    const Batch host = make_batch(o, mc.vocab_size);
-    const std::vector<model::TextBatch> batch{model::to_device(host.text, device)};
-    const model::TrainingFlops flops = model::qwen3_training_flops(mc, host.cu_seqlens);
+    const Batch host = make_batch(o, m->vocab_size());
+    const std::vector<model::Batch> batch{model::to_device(host.text, device)};
+    const model::TrainingFlops flops = m->training_flops(host.cu_seqlens);
 
     double loss_first = 0, loss_last = 0, grad_norm_first = 0;
     std::vector<double> ms;
@@ -276,14 +258,14 @@ int main(int argc, char** argv) {
     j["impl"] = "vlmtrain";
     j["device"] = device.str();
     j["config"] = {{"preset", o.preset},
-                   {"hidden", mc.hidden_size},
-                   {"layers", mc.num_hidden_layers},
-                   {"heads", mc.num_attention_heads},
-                   {"kv_heads", mc.num_key_value_heads},
-                   {"head_dim", mc.head_dim},
-                   {"ffn", mc.intermediate_size},
-                   {"vocab", mc.vocab_size},
-                   {"tied", mc.tie_word_embeddings},
+                   {"hidden", config["hidden_size"]},
+                   {"layers", config["num_hidden_layers"]},
+                   {"heads", config["num_attention_heads"]},
+                   {"kv_heads", config["num_key_value_heads"]},
+                   {"head_dim", config["head_dim"]},
+                   {"ffn", config["intermediate_size"]},
+                   {"vocab", m->vocab_size()},
+                   {"tied", config["tie_word_embeddings"]},
                    {"params", m->num_parameters()}};
     j["seq_len"] = o.seq_len;
     j["rows"] = o.rows;

@@ -29,8 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "model/qwen3.h"
-#include "model/qwen3_config.h"
+#include "model/model_spec.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "src/core/tensor.h"
@@ -98,7 +97,7 @@ Options parse(int argc, char** argv) {
 }
 
 // The packed batch of the header comment.
-model::TextBatch make_batch(const Options& o) {
+model::Batch make_batch(const Options& o) {
   std::vector<int64_t> ids(size_t(o.seq)), labels(size_t(o.seq)), pos(size_t(o.seq));
   std::vector<int32_t> cu{0};
   const int64_t len = o.seq / o.docs;
@@ -114,7 +113,7 @@ model::TextBatch make_batch(const Options& o) {
     labels[size_t(cu[size_t(d)])] = -100;
     for (int64_t t = cu[size_t(d)]; t < cu[size_t(d) + 1]; t++) pos[size_t(t)] = t - cu[size_t(d)];
   }
-  return model::text_batch_from_labels(
+  return model::batch_from_labels(
       Tensor::from_vector(ids, {o.seq}), Tensor::from_vector(labels, {o.seq}),
       Tensor::from_vector(pos, {o.seq}), Tensor::from_vector(cu, {o.docs + 1}));
 }
@@ -130,19 +129,19 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    model::Qwen3Config mc = model::tiny_qwen3_config(false);
-    mc.hidden_size = o.hidden;
-    mc.num_hidden_layers = o.layers;
-    mc.num_attention_heads = o.heads;
-    mc.num_key_value_heads = o.kv_heads;
-    mc.head_dim = o.head_dim;
-    mc.intermediate_size = o.ffn;
-    mc.vocab_size = o.vocab;
-    mc.max_position_embeddings = std::max<int64_t>(mc.max_position_embeddings, o.seq);
-    mc.validate();
+    // The tiny preset's config.json with the sizes of the command line (untied head).
+    nlohmann::json mc = model::preset_config("tiny");
+    mc["hidden_size"] = o.hidden;
+    mc["num_hidden_layers"] = o.layers;
+    mc["num_attention_heads"] = o.heads;
+    mc["num_key_value_heads"] = o.kv_heads;
+    mc["head_dim"] = o.head_dim;
+    mc["intermediate_size"] = o.ffn;
+    mc["vocab_size"] = o.vocab;
+    mc["max_position_embeddings"] = std::max(mc["max_position_embeddings"].get<int64_t>(), o.seq);
     const DType dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
 
-    auto m = std::make_shared<model::Qwen3ForCausalLM>(mc, dtype);
+    std::shared_ptr<model::CausalLM> m = model::build_model(mc, "bench_train_step", dtype);
     Rng rng(0);
     m->init_weights(rng);
 
@@ -161,7 +160,7 @@ int main(int argc, char** argv) {
     t.ac_mode = train::AcMode::off;
     train::TrainStepper stepper(c, m);
 
-    const std::vector<model::TextBatch> batch{make_batch(o)};
+    const std::vector<model::Batch> batch{make_batch(o)};
     double loss_first = 0, loss_last = 0;
     std::vector<double> ms;
     for (int64_t s = 0; s < o.warmup + o.steps; s++) {

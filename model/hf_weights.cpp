@@ -170,9 +170,8 @@ const char* hf_dtype_name(DType dtype) {
   }
 }
 
-void save_hf_snapshot(const nn::Module& model, const Qwen3Config& config,
-                      const std::string& out_dir, DType dtype, const std::string& tokenizer_dir,
-                      int64_t max_shard_bytes) {
+void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
+                      DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes) {
   const char* dtype_str = hf_dtype_name(dtype);
   VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
   fs::path out = fs::path(out_dir).lexically_normal();
@@ -186,11 +185,12 @@ void save_hf_snapshot(const nn::Module& model, const Qwen3Config& config,
   fs::create_directories(tmp, ec);
   VLM_CHECK(!ec, "save_hf_snapshot: cannot create ", tmp.string(), ": ", ec.message());
 
-  Qwen3Config c = config;
-  c.torch_dtype = dtype_str;
+  VLM_CHECK(config.is_object(), "save_hf_snapshot: the config must be a JSON object");
+  config["torch_dtype"] = dtype_str; // transformers 4
+  config["dtype"] = dtype_str;       // transformers 5
   {
     std::ofstream f(tmp / "config.json");
-    f << c.to_json().dump(2) << "\n";
+    f << config.dump(2) << "\n";
     VLM_CHECK(f.good(), "save_hf_snapshot: cannot write ", (tmp / "config.json").string());
   }
 

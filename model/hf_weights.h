@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "model/qwen3_config.h"
+#include <nlohmann/json.hpp>
+
 #include "src/base/dtype.h"
 #include "src/nn/module.h"
 
@@ -28,16 +29,16 @@ void load_hf_weights(nn::Module& model, const std::string& dir);
 // Shard size above which save_hf_snapshot writes several files and an index (bytes).
 constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;
 
-// Writes `model` as an HF snapshot that transformers loads: config.json (`config` with
-// torch_dtype set to `dtype`), the parameters under their HF names converted to `dtype` (f32, bf16
-// or f16) in model.safetensors — or, when they exceed max_shard_bytes, in
-// model-0000i-of-0000n.safetensors plus model.safetensors.index.json — and the tokenizer files
-// found in `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt,
-// generation_config.json, special_tokens_map.json, chat_template.jinja; "" = none). A tied head is
-// not written (as HF does). Atomic: everything goes to `out_dir`.tmp, which then replaces
-// `out_dir` (an existing snapshot there is removed only after the new one is complete).
-void save_hf_snapshot(const nn::Module& model, const Qwen3Config& config,
-                      const std::string& out_dir, DType dtype, const std::string& tokenizer_dir,
+// Writes `model` as an HF snapshot that transformers loads: config.json (`config`, the model's
+// CausalLM::hf_config(), with torch_dtype and dtype set to `dtype`), the parameters under their HF
+// names converted to `dtype` (f32, bf16 or f16) in model.safetensors — or, when they exceed
+// max_shard_bytes, in model-0000i-of-0000n.safetensors plus model.safetensors.index.json — and the
+// tokenizer files found in `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json,
+// merges.txt, generation_config.json, special_tokens_map.json, chat_template.jinja; "" = none). A
+// tied head is not written (as HF does). Atomic: everything goes to `out_dir`.tmp, which then
+// replaces `out_dir` (an existing snapshot there is removed only after the new one is complete).
+void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
+                      DType dtype, const std::string& tokenizer_dir,
                       int64_t max_shard_bytes = kDefaultMaxShardBytes);
 
 // "float32" | "bfloat16" | "float16" (config.json's torch_dtype) for f32 / bf16 / f16.

@@ -2,6 +2,9 @@
 # Enforces the include layering of DESIGN.md §3 on `#include "..."` lines (rooted at the repo):
 #   src/base <- kernels <- src/core <- src/nn <- src/optim <- parallel, io <- model <- src/train
 # parallel/ and io/ do not include each other; nothing but tests/ includes tests/.
+# Model families (DESIGN.md §4.1): a folder model/<family>/ includes no other family's folder
+# (only the contract in model/ and the shared towers in model/vision/), and the application
+# (src/train, src/main.cpp) includes no family at all: it asks the registry (model/model_spec.h).
 # A quoted include that names no project folder but resolves next to the including file is a
 # relative include and is reported too; anything else (third-party headers) is ignored.
 # Usage: tools/check_layering.sh <repo_root>   (exit 0 clean, 1 on violations, 2 on misuse)
@@ -76,6 +79,24 @@ while IFS= read -r -d '' file; do
     if ((ok == 0)); then
       echo "$file:$line: $layer must not include $inc"
       violations=$((violations + 1))
+      continue
+    fi
+    if [[ $inc == model/*/* ]]; then
+      family=${inc#model/}
+      family=${family%%/*}
+      if [[ $file == model/*/* ]]; then
+        own=${file#model/}
+        own=${own%%/*}
+        if [[ $family != "$own" && $family != vision ]]; then
+          echo "$file:$line: model/$own must not include $inc (a family includes only the" \
+            "contract in model/ and model/vision/)"
+          violations=$((violations + 1))
+        fi
+      elif [[ $layer == src/train || $layer == src ]]; then
+        echo "$file:$line: $layer must not include $inc (a model family; the application asks" \
+          "the registry, model/model_spec.h)"
+        violations=$((violations + 1))
+      fi
     fi
   done < <(grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" |
     sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]*)".*/\1:\2/' || true)

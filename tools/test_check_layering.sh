@@ -31,11 +31,15 @@ make_clean() {
   make_file "$d" parallel/fsdp.h src/optim/adamw.h parallel/mesh.h
   make_file "$d" io/safetensors.h src/core/tensor.h
   make_file "$d" io/safetensors.cpp io/safetensors.h src/core/tensor.h
-  make_file "$d" model/qwen3.cpp io/safetensors.h parallel/fsdp.h src/nn/module.h
-  make_file "$d" src/train/trainer.cpp model/qwen3.h io/loader.h
+  make_file "$d" model/causal_lm.h src/nn/module.h
+  make_file "$d" model/registry.cpp model/causal_lm.h model/qwen3/spec.h model/qwen3_vl/spec.h
+  make_file "$d" model/qwen3/model.cpp io/safetensors.h parallel/fsdp.h model/causal_lm.h \
+    model/qwen3/model.h
+  make_file "$d" model/qwen3_vl/model.cpp model/vision/tower.h model/causal_lm.h
+  make_file "$d" src/train/trainer.cpp model/model_spec.h io/loader.h
   make_file "$d" src/main.cpp src/train/trainer.h
   make_file "$d" bench/bench_gemm.cpp kernels/gemm.h src/train/trainer.h
-  make_file "$d" tests/core/test_tensor.cpp tests/skip.h src/core/tensor.h model/qwen3.h
+  make_file "$d" tests/core/test_tensor.cpp tests/skip.h src/core/tensor.h model/qwen3/model.h
   # Angle includes and unknown quoted headers (third-party) are not the checker's business.
   printf '#include <vector>\n#include "nlohmann/json.hpp"\n' >"$d/src/base/extra.cpp"
   # Build and hidden folders are skipped.
@@ -84,8 +88,14 @@ bad_case "io -> parallel" io/bad.cpp parallel/fsdp.h \
   "io/bad.cpp:2: io must not include parallel/fsdp.h"
 bad_case "parallel -> io" parallel/bad.cpp io/safetensors.h \
   "parallel/bad.cpp:2: parallel must not include io/safetensors.h"
-bad_case "parallel -> model" parallel/bad.cpp model/qwen3.h \
-  "parallel/bad.cpp:2: parallel must not include model/qwen3.h"
+bad_case "parallel -> model" parallel/bad.cpp model/causal_lm.h \
+  "parallel/bad.cpp:2: parallel must not include model/causal_lm.h"
+bad_case "family -> family" model/qwen3_vl/bad.cpp model/qwen3/model.h \
+  "model/qwen3_vl/bad.cpp:2: model/qwen3_vl must not include model/qwen3/model.h"
+bad_case "train -> family" src/train/bad.cpp model/qwen3/model.h \
+  "src/train/bad.cpp:2: src/train must not include model/qwen3/model.h"
+bad_case "main -> family" src/bad_main.cpp model/qwen3/config.h \
+  "src/bad_main.cpp:2: src must not include model/qwen3/config.h"
 bad_case "model -> train" model/bad.cpp src/train/trainer.h \
   "model/bad.cpp:2: model must not include src/train/trainer.h"
 bad_case "train -> tests" src/train/bad.cpp tests/skip.h \

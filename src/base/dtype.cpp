@@ -18,6 +18,19 @@ size_t dtype_size(DType t) {
   VLM_FAIL("unknown dtype ", int(t));
 }
 
+std::span<const EnumName<DType>> model_dtype_names() {
+  static constexpr EnumName<DType> names[] = {{"bf16", DType::bf16},
+                                              {"f32", DType::f32},
+                                              {"bfloat16", DType::bf16, true},
+                                              {"float32", DType::f32, true},
+                                              {"fp32", DType::f32, true}};
+  return names;
+}
+
+DType parse_model_dtype(std::string_view text, std::string_view what) {
+  return parse_enum(model_dtype_names(), text, what);
+}
+
 const char* dtype_name(DType t) {
   switch (t) {
   case DType::f32: return "f32";

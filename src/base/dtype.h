@@ -4,7 +4,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
+#include <string_view>
+
+#include "src/base/enum_names.h"
 
 namespace vlm {
 
@@ -13,6 +17,13 @@ enum class DType : uint8_t { f32, bf16, f16, f64, i32, i64, u8, boolean };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 bool is_floating(DType t);
+
+// The dtypes models train, run and are saved in, by name: bf16 and f32, with torch's and the
+// reference trainer's spellings (bfloat16, float32, fp32) as aliases. One table for the config
+// (training.param_dtype, grad_dtype) and every command-line --dtype.
+std::span<const EnumName<DType>> model_dtype_names();
+// `what` names the setting in the error ("--dtype: unknown value 'x' (valid: bf16 | f32)").
+DType parse_model_dtype(std::string_view text, std::string_view what);
 
 struct bf16 {
   uint16_t bits = 0;

@@ -75,8 +75,10 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
             leaf.desc(), " has the wrong shape");
   auto& meta = leaf.autograd_meta();
   if (!meta.grad.defined()) {
-    // Own a private copy: the incoming tensor may also be another tensor's gradient.
-    meta.grad = g.to(leaf.dtype()).clone();
+    // Own a private copy: the incoming tensor may also be another tensor's gradient (a cast
+    // makes one already).
+    const DType dtype = leaf.grad_dtype();
+    meta.grad = g.dtype() == dtype ? g.clone() : g.to(dtype);
   } else {
     add_(meta.grad, g.to(meta.grad.dtype()));
   }

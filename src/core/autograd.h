@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,8 @@ public:
   uint64_t sequence_nr = 0;
 };
 
-// Accumulates incoming gradient into a leaf's .grad and runs its post-accumulate hooks.
+// Accumulates incoming gradient into a leaf's .grad (in its grad_dtype) and runs its
+// post-accumulate hooks.
 class AccumulateGrad final : public Node {
 public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
@@ -63,6 +65,7 @@ struct AutogradMeta {
   std::weak_ptr<Node> grad_accumulator;
   std::vector<GradHook> post_accumulate_hooks;
   std::string name;
+  std::optional<DType> grad_dtype; // unset: the leaf's dtype
 };
 
 // --- grad mode -------------------------------------------------------------------------------

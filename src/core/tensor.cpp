@@ -191,6 +191,18 @@ Tensor& Tensor::set_requires_grad(bool r) {
   return *this;
 }
 
+Tensor& Tensor::set_grad_dtype(DType dtype) {
+  VLM_CHECK(is_leaf() && is_floating(dtype),
+            "set_grad_dtype: a floating gradient dtype for a leaf, got ", dtype_name(dtype),
+            " for ", desc());
+  autograd_meta().grad_dtype = dtype;
+  return *this;
+}
+
+DType Tensor::grad_dtype() const {
+  return impl().autograd && impl().autograd->grad_dtype ? *impl().autograd->grad_dtype : dtype();
+}
+
 bool Tensor::is_leaf() const { return !impl().autograd || !impl().autograd->grad_fn; }
 
 const Tensor& Tensor::grad() const {

@@ -128,6 +128,10 @@ public:
   // Only on leaves (tensors without grad_fn).
   Tensor& set_requires_grad(bool r);
   bool is_leaf() const;
+  // The dtype .grad accumulates in across backward passes: the tensor's own by default; f32 for
+  // a bf16 parameter is PyTorch AMP's rule (each micro-batch added without rounding to bf16).
+  Tensor& set_grad_dtype(DType dtype);
+  DType grad_dtype() const;
   const Tensor& grad() const;
   void set_grad(const Tensor& g);
   // Sets .grad to an undefined tensor (the next backward allocates a fresh one).

@@ -264,9 +264,76 @@ void Module::to(Device device) {
       it->second = t.detach().to(device);
       it->second.set_requires_grad(t.requires_grad());
       it->second.set_name(t.name());
+      if (t.grad_dtype() != t.dtype()) it->second.set_grad_dtype(t.grad_dtype());
     }
     t = it->second;
   }
+}
+
+void Module::replace_parameter(const std::string& name, Tensor value) {
+  VLM_CHECK(value.defined(), "replace_parameter('", name, "'): undefined tensor");
+  std::vector<SlotRef> all;
+  collect_slots("", all); // every slot, tied duplicates included
+  const TensorImpl* old = nullptr;
+  std::vector<std::string> names;
+  for (const auto& r : all) {
+    if (r.full_name == name) {
+      VLM_CHECK(r.slot->tensor.defined(), "replace_parameter('", name,
+                "'): the parameter is not materialized");
+      old = r.slot->tensor.impl_ptr().get();
+      break;
+    }
+    names.push_back(r.full_name);
+  }
+  VLM_CHECK(old, "replace_parameter: no parameter named '", name,
+            "'; closest: ", closest_names(name, names));
+  value.set_name(name);
+  for (const auto& r : all)
+    if (r.slot->tensor.defined() && r.slot->tensor.impl_ptr().get() == old) r.slot->tensor = value;
+}
+
+// --- forward hooks -----------------------------------------------------------------------------
+
+std::vector<Tensor> Module::call(const Forward& forward, const std::vector<Tensor>& inputs) const {
+  for (const auto& [handle, hook] : pre_hooks_) hook(inputs);
+  Forward run = forward;
+  for (const auto& [handle, wrapper] : wrappers_)
+    run = [wrapper = wrapper, inner = std::move(run)](const std::vector<Tensor>& in) {
+      return wrapper(inner, in);
+    };
+  std::vector<Tensor> outputs = run(inputs);
+  for (const auto& [handle, hook] : post_hooks_) hook(inputs, outputs);
+  return outputs;
+}
+
+size_t Module::add_forward_pre_hook(ForwardPreHook hook) {
+  VLM_CHECK(hook, type_name(), ": add_forward_pre_hook of an empty function");
+  pre_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+size_t Module::add_forward_post_hook(ForwardPostHook hook) {
+  VLM_CHECK(hook, type_name(), ": add_forward_post_hook of an empty function");
+  post_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+size_t Module::add_forward_wrapper(ForwardWrapper wrapper) {
+  VLM_CHECK(wrapper, type_name(), ": add_forward_wrapper of an empty function");
+  wrappers_.emplace_back(next_hook_, std::move(wrapper));
+  return next_hook_++;
+}
+
+void Module::remove_forward_hook(size_t handle) {
+  auto erase = [handle](auto& list) {
+    auto it = std::find_if(list.begin(), list.end(),
+                           [handle](const auto& entry) { return entry.first == handle; });
+    if (it == list.end()) return false;
+    list.erase(it);
+    return true;
+  };
+  VLM_CHECK(erase(pre_hooks_) || erase(post_hooks_) || erase(wrappers_), type_name(),
+            ": remove_forward_hook(", handle, "): no such hook on this module");
 }
 
 void Module::initialize(Rng& rng) {

@@ -10,11 +10,16 @@
 //      requires_grad) and names each tensor with its full dotted name (Tensor::name()).
 //   4. initialize: root.initialize(rng) fills them by their rules, or a loader overwrites them.
 //
+// Applied from outside (DESIGN.md §2.2): activation checkpointing and FSDP act on a model's
+// blocks through forward hooks and wrappers — the model runs each block through call() — and FSDP
+// swaps parameter storage with replace_parameter(). The module itself stays unaware of them.
+//
 // Ordering: a module's own parameters in registration order, then each child in registration
 // order, recursively (PyTorch's order, which HF state dicts follow). A tensor registered under two
 // names (tied embeddings) is listed once, under the first name.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -86,6 +91,35 @@ public:
   // Elements over all (deduplicated) declared parameters, or only the trainable ones.
   int64_t num_parameters(bool trainable_only = false) const;
 
+  // Makes `value` the parameter `name` (full dotted name relative to this module) from now on, for
+  // every module that registered it (a tied weight stays one tensor). The new tensor gets the
+  // name; its shape, dtype, device and requires_grad are the caller's (FSDP swaps a full
+  // parameter for its local shard and back). Tensors taken from parameters() before keep
+  // pointing at the old one. The parameter must be materialized.
+  void replace_parameter(const std::string& name, Tensor value);
+
+  // --- forward: hooks and wrappers (applied from outside) ----------------------------------------
+  using Forward = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  using ForwardPreHook = std::function<void(const std::vector<Tensor>& inputs)>;
+  using ForwardPostHook =
+      std::function<void(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs)>;
+  // Runs `forward` on `inputs` in its own way and returns the outputs, e.g. under checkpoint().
+  using ForwardWrapper =
+      std::function<std::vector<Tensor>(const Forward& forward, const std::vector<Tensor>& inputs)>;
+
+  // Runs `forward(inputs)` as this module's forward pass: the pre-hooks, then `forward` through
+  // the wrappers (the first added innermost), then the post-hooks, each in the order added. A
+  // wrapper may keep `forward` and run it again in backward (activation checkpointing), after
+  // call() returned: capture by value whatever it needs besides its inputs.
+  std::vector<Tensor> call(const Forward& forward, const std::vector<Tensor>& inputs) const;
+  // Each returns a handle for remove_forward_hook.
+  size_t add_forward_pre_hook(ForwardPreHook hook);
+  size_t add_forward_post_hook(ForwardPostHook hook);
+  size_t add_forward_wrapper(ForwardWrapper wrapper);
+  // Removes a hook or wrapper added to this module; an unknown handle is an error.
+  void remove_forward_hook(size_t handle);
+  size_t num_forward_wrappers() const { return wrappers_.size(); }
+
   // --- training state ---------------------------------------------------------------------------
   // Drops every parameter's .grad (the next backward allocates fresh ones).
   void zero_grad();
@@ -98,10 +132,10 @@ public:
   // Allocates every declared parameter not yet materialized (zeros, requires_grad as declared)
   // and sets each tensor's name to its full dotted name relative to this module.
   void materialize(Device device = Device::cpu());
-  // Moves every materialized parameter to `device` (new leaves with the same names, values and
-  // requires_grad; gradients are dropped; a tied parameter stays one tensor). Weights are
-  // initialized or loaded on the CPU and then moved: init rules and safetensors work on the host.
-  // Tensors taken from parameters() before the move keep pointing at the old copies.
+  // Moves every materialized parameter to `device` (new leaves with the same names, values,
+  // requires_grad and gradient dtype; gradients are dropped; a tied parameter stays one tensor).
+  // Weights are initialized or loaded on the CPU and then moved: init rules and safetensors work on
+  // the host. Tensors taken from parameters() before the move keep pointing at the old copies.
   void to(Device device);
   // Fills every parameter by its rule. One base seed is drawn from rng; each parameter then gets
   // its own stream keyed by its full name, so its values depend only on (seed, name, shape) —
@@ -131,6 +165,11 @@ private:
   // unique_ptr keeps the Tensor references handed out by param() stable.
   std::vector<std::unique_ptr<Slot>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  // Forward hooks and wrappers with their handles, in the order added.
+  std::vector<std::pair<size_t, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<size_t, ForwardPostHook>> post_hooks_;
+  std::vector<std::pair<size_t, ForwardWrapper>> wrappers_;
+  size_t next_hook_ = 1;
 };
 
 // Indexed children named "0", "1", ... (decoder layers, vision blocks).

@@ -4,14 +4,14 @@
 
 namespace vlm::train {
 
-model::TextBatch text_batch_from_rows(const std::vector<io::PackedRow>& rows) {
-  VLM_CHECK(!rows.empty(), "text_batch_from_rows: no rows");
+model::Batch batch_from_rows(const std::vector<io::PackedRow>& rows) {
+  VLM_CHECK(!rows.empty(), "batch_from_rows: no rows");
   std::vector<int32_t> ids, targets;
   std::vector<int64_t> positions;
   std::vector<int32_t> cu{0};
   for (const io::PackedRow& r : rows) {
     const int32_t offset = cu.back();
-    VLM_CHECK(r.position_ids.size() == r.input_ids.size(), "text_batch_from_rows: a row has ",
+    VLM_CHECK(r.position_ids.size() == r.input_ids.size(), "batch_from_rows: a row has ",
               r.position_ids.size(), " position ids for ", r.input_ids.size(),
               " tokens (MRoPE rows are for VLMs)");
     ids.insert(ids.end(), r.input_ids.begin(), r.input_ids.end());
@@ -21,7 +21,7 @@ model::TextBatch text_batch_from_rows(const std::vector<io::PackedRow>& rows) {
     for (size_t d = 1; d < r.cu_seqlens.size(); d++) cu.push_back(offset + r.cu_seqlens[d]);
   }
   const int64_t T = int64_t(ids.size());
-  model::TextBatch b;
+  model::Batch b;
   b.input_ids = Tensor::from_vector(ids, {T});
   b.targets = Tensor::from_vector(targets, {T});
   b.position_ids = Tensor::from_vector(positions, {T});

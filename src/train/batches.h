@@ -7,7 +7,7 @@
 
 #include "io/loader.h"
 #include "io/tokenizer.h"
-#include "model/qwen3.h"
+#include "model/batch.h"
 #include "src/train/config.h"
 
 namespace vlm::train {
@@ -15,7 +15,7 @@ namespace vlm::train {
 // Rows back to back: input ids, next-token targets (io::next_token_targets per row, so no target
 // crosses a row or a document), 1-D position ids, cu_seqlens offset row by row (each row's
 // padding stays its own segment). Images are not used by a text model.
-model::TextBatch text_batch_from_rows(const std::vector<io::PackedRow>& rows);
+model::Batch batch_from_rows(const std::vector<io::PackedRow>& rows);
 
 // The loader of `split` for a text model: data.* keys, the tokenizer's special-token ids, images
 // dropped (ChatFormatOptions::drop_images), one data-parallel rank. training = false: the

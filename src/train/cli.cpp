@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/model_spec.h"
 #include "src/base/check.h"
 #include "src/core/device.h"
 #include "src/train/cmd_data.h"
@@ -19,14 +20,15 @@ namespace {
 const char* kUsage = R"(usage: vlmtrain <command> [options]
 
 commands:
-  train          [--config FILE] [--set section.key=value ...]: train a Qwen3 model; without
-                 --config the built-in CPU demo (a tiny Qwen3 on `data make-demo` data)
+  train          [--config FILE] [--set section.key=value ...]: train a model; without
+                 --config the built-in CPU demo (a tiny text model on `data make-demo` data)
   export         --checkpoint DIR --out DIR [--dtype bf16|f32]: an HF snapshot for transformers
   data           dataset tools: make-demo OUT, inspect PATH, pack PATH (`vlmtrain data help`)
   tokenize       --tokenizer PATH [--decode [--skip-special]]: JSON lines {"text"} <-> {"ids"}
                  on stdin/stdout
   dump           --model DIR --batch FILE --out FILE [--grads] [--dtype f32|bf16]: one forward
-                 (+ backward) of an HF Qwen3 snapshot, logits/loss/grads to safetensors
+                 (+ backward) of an HF snapshot, logits/loss/grads to safetensors
+  models         the model types (config.json model_type) and presets this build knows
   device-query   print the CUDA devices this build sees (or why there are none)
   help           this text
 )";
@@ -41,6 +43,16 @@ int run_cli(int argc, char** argv) {
   if (cmd == "export") return cmd_export(args);
   if (cmd == "tokenize") return cmd_tokenize(args);
   if (cmd == "dump") return cmd_dump(args);
+  if (cmd == "models") {
+    for (const std::string& type : model::registered_model_types()) {
+      const model::ModelSpec& spec = model::model_spec(type);
+      std::string presets;
+      for (const auto& [name, fn] : spec.presets) presets += (presets.empty() ? "" : ", ") + name;
+      std::printf("%-12s %s%s%s\n", type.c_str(), spec.description.c_str(),
+                  presets.empty() ? "" : "; presets: ", presets.c_str());
+    }
+    return 0;
+  }
   if (cmd == "device-query") {
     std::printf("%s\n", cuda_device_query().c_str());
     return 0;

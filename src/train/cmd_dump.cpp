@@ -6,7 +6,8 @@
 
 #include "io/safetensors.h"
 #include "model/hf_weights.h"
-#include "model/qwen3_config.h"
+#include "model/lm_loss.h"
+#include "model/model_spec.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
 
@@ -15,9 +16,10 @@ namespace vlm::train {
 namespace {
 
 const char* kUsage = R"(usage: vlmtrain dump --model DIR --batch FILE --out FILE [options]
-  One forward (and with --grads one backward) of the HF Qwen3 snapshot DIR on the batch in FILE
-  (safetensors: input_ids, labels (HF-aligned), position_ids, cu_seqlens), writing logits [T, V]
-  f32, loss (mean over valid targets) and with --grads every parameter gradient under its HF name.
+  One forward (and with --grads one backward) of the HF snapshot DIR (any registered model_type)
+  on the batch in FILE (safetensors: input_ids, labels (HF-aligned), position_ids, cu_seqlens),
+  writing logits [T, V] f32, loss (mean over valid targets) and with --grads every parameter
+  gradient under its HF name.
   --grads                also run backward and write the gradients
   --dtype f32|bf16       parameter and compute dtype (default f32; logits and loss are f32)
   --ac off|full|selective  activation checkpointing (default off; results are identical)
@@ -27,58 +29,57 @@ const char* kUsage = R"(usage: vlmtrain dump --model DIR --batch FILE --out FILE
 
 Tensor read_key(const io::SafetensorsFile& f, const std::string& key) {
   VLM_CHECK(f.contains(key), f.path(), ": batch has no tensor '", key,
-            "' (a text batch needs input_ids, labels, position_ids, cu_seqlens)");
+            "' (a batch needs input_ids, labels, position_ids, cu_seqlens)");
   const io::TensorInfo& info = f.get(key);
   Tensor t = Tensor::empty(info.shape, info.dtype);
   if (info.nbytes) std::memcpy(t.data_ptr(), info.data, info.nbytes);
   return t;
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32") return DType::f32;
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  VLM_FAIL("--dtype: expected f32 or bf16, got '", s, "'");
-}
-
 } // namespace
 
-model::TextBatch read_text_batch(const std::string& path) {
+model::Batch read_batch_file(const std::string& path, bool vision) {
   io::SafetensorsFile f(path);
-  for (const char* vlm_key : {"pixel_values", "image_grid_thw"})
-    if (f.contains(vlm_key))
-      log_info(path, ": ignoring '", vlm_key, "' (a text-only model has no vision tower)");
+  model::Batch b;
   try {
-    return model::text_batch_from_labels(read_key(f, "input_ids"), read_key(f, "labels"),
-                                         read_key(f, "position_ids"), read_key(f, "cu_seqlens"));
+    b = model::batch_from_labels(read_key(f, "input_ids"), read_key(f, "labels"),
+                                 read_key(f, "position_ids"), read_key(f, "cu_seqlens"));
   } catch (const Error& e) {
     if (std::strstr(e.what(), path.c_str())) throw;
     VLM_FAIL(path, ": ", e.what());
   }
+  for (const char* key : {"pixel_values", "image_grid_thw"}) {
+    if (!f.contains(key)) continue;
+    if (!vision) {
+      log_info(path, ": ignoring '", key, "' (a text-only model has no vision tower)");
+      continue;
+    }
+    (std::string(key) == "pixel_values" ? b.pixel_values : b.image_grid_thw) = read_key(f, key);
+  }
+  return b;
 }
 
 DumpResult run_dump(const DumpOptions& o) {
   VLM_CHECK(!o.model_dir.empty() && !o.batch_path.empty() && !o.out_path.empty(),
             "dump: --model, --batch and --out are required\n", kUsage);
   check_device_available(o.device, "dump: --device");
-  const model::Qwen3Config cfg = model::Qwen3Config::load(o.model_dir);
-  model::Qwen3ForCausalLM net(cfg, o.dtype);
-  model::load_hf_weights(net, o.model_dir);
-  net.to(o.device);
-  const model::TextBatch batch = model::to_device(read_text_batch(o.batch_path), o.device);
-  log_info("dump: ", cfg.summary(), " in ", dtype_name(o.dtype), " on ", o.device.str(), ", ",
+  auto net = model::load_pretrained(o.model_dir, o.dtype);
+  parallel::apply_activation_checkpointing(net->blocks(), o.ac);
+  net->to(o.device);
+  const model::Batch batch =
+      model::to_device(read_batch_file(o.batch_path, net->has_vision()), o.device);
+  log_info("dump: ", net->summary(), " in ", dtype_name(o.dtype), " on ", o.device.str(), ", ",
            batch.input_ids.numel(), " tokens, ", batch.cu_seqlens.numel() - 1, " documents, ac ",
-           model::activation_checkpointing_name(o.ac));
+           parallel::ac_mode_name(o.ac));
 
-  model::ForwardOptions fo;
-  fo.ac = o.ac;
-  model::CausalLMOutput out;
+  model::LMOutput out;
   if (o.grads) {
-    net.zero_grad();
-    out = net.forward(batch, fo);
+    net->zero_grad();
+    out = model::lm_forward(*net, batch);
     out.loss.backward();
   } else {
     NoGradGuard no_grad;
-    out = net.forward(batch, fo);
+    out = model::lm_forward(*net, batch);
   }
 
   // Everything written in f32; kept alive until the file is written.
@@ -92,7 +93,7 @@ DumpResult run_dump(const DumpOptions& o) {
   add("logits", out.logits);
   add("loss", out.loss);
   if (o.grads) {
-    for (const auto& p : net.named_parameters()) {
+    for (const auto& p : net->named_parameters()) {
       VLM_CHECK(p.tensor.grad().defined(), "dump: parameter ", p.name, " got no gradient");
       add(p.name, p.tensor.grad());
     }
@@ -101,9 +102,10 @@ DumpResult run_dump(const DumpOptions& o) {
                         {{"model", o.model_dir},
                          {"batch", o.batch_path},
                          {"dtype", dtype_name(o.dtype)},
-                         {"ac", model::activation_checkpointing_name(o.ac)},
+                         {"ac", parallel::ac_mode_name(o.ac)},
                          {"device", o.device.str()}});
-  if (!o.export_dir.empty()) model::save_hf_snapshot(net, cfg, o.export_dir, o.dtype, o.model_dir);
+  if (!o.export_dir.empty())
+    model::save_hf_snapshot(*net, net->hf_config(), o.export_dir, o.dtype, o.model_dir);
 
   DumpResult r;
   r.loss = out.loss.item();
@@ -131,9 +133,9 @@ int cmd_dump(const std::vector<std::string>& args) {
     else if (a == "--grads")
       o.grads = true;
     else if (a == "--dtype")
-      o.dtype = parse_dtype(value());
+      o.dtype = parse_model_dtype(value(), "--dtype");
     else if (a == "--ac")
-      o.ac = model::parse_activation_checkpointing(value());
+      o.ac = parallel::parse_ac_mode(value());
     else if (a == "--device")
       o.device = parse_device(value());
     else if (a == "--export")

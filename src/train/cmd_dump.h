@@ -7,8 +7,10 @@
 //                 [--export DIR]
 //
 // The batch file holds input_ids [T] or [1, T] (i64 or i32), labels (HF-aligned, unshifted, -100
-// = ignored, same shape), position_ids (same shape) and cu_seqlens [docs + 1] (i32 or i64). VLM
-// keys (pixel_values, image_grid_thw) are ignored with a log line: the text model has no tower.
+// = ignored, same shape), position_ids (same shape, or [3, T] / [3, 1, T] for MRoPE) and
+// cu_seqlens [docs + 1] (i32 or i64), plus pixel_values and image_grid_thw for a model with a
+// vision tower (a text model ignores them with a log line). Any registered model family
+// (model/model_spec.h) is dumped by its config.json's model_type.
 // The output holds logits [T, vocab] f32, loss (0-dim f32, mean over the valid targets) and, with
 // --grads, every parameter's gradient (f32) under its HF name.
 #pragma once
@@ -16,7 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "model/qwen3.h"
+#include "model/batch.h"
+#include "parallel/activation_checkpointing.h"
+#include "src/core/device.h"
 
 namespace vlm::train {
 
@@ -26,13 +30,14 @@ struct DumpOptions {
   std::string out_path;
   bool grads = false;
   DType dtype = DType::f32; // parameter / compute dtype (f32 or bf16)
-  model::ActivationCheckpointing ac = model::ActivationCheckpointing::off;
+  parallel::AcMode ac = parallel::AcMode::off;
   std::string export_dir; // also write the loaded model back as an HF snapshot ("" = no)
   Device device = Device::cpu();
 };
 
-// Reads a batch file (see above) into a TextBatch; errors name the file and the key.
-model::TextBatch read_text_batch(const std::string& path);
+// Reads a batch file (see above); errors name the file and the key. Vision keys are read when
+// `vision` is set, else ignored with a log line.
+model::Batch read_batch_file(const std::string& path, bool vision);
 
 struct DumpResult {
   double loss = 0;

@@ -6,7 +6,7 @@
 
 #include "io/demo_dataset.h"
 #include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/model_spec.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/train/config.h"
@@ -19,15 +19,18 @@ namespace {
 const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set section.key=value ...]
                      [--require-loss-drop R]
   Trains by a TOML config (configs/*.toml; every key: configs/README.md). Without --config it
-  trains the built-in demo (configs/demo.toml): a tiny Qwen3 on the synthetic dataset of
+  trains the built-in demo (configs/demo.toml): a tiny text model on the synthetic dataset of
   `vlmtrain data make-demo demo_data`, which is created on the first run.
   --set section.key=value   override one key (repeatable), e.g. --set training.total_steps=50
   --require-loss-drop R     exit 1 unless the last logged loss <= R x the first (for tests)
+  --keys                    print every config key with its type, default and meaning (the
+                            table of configs/README.md) and exit
 )";
 
 const char* kExportUsage = R"(usage: vlmtrain export --checkpoint DIR --out DIR [--dtype bf16|f32]
   Writes an HF snapshot (config.json, model.safetensors, tokenizer files) that transformers
-  loads, from a checkpoint-step-N folder of `vlmtrain train` (or any Qwen3 HF snapshot).
+  loads, from a checkpoint-step-N folder of `vlmtrain train` (or any HF snapshot of a
+  registered model type).
 )";
 
 std::string value_of(const std::vector<std::string>& args, size_t& i) {
@@ -53,6 +56,9 @@ int cmd_train(const std::vector<std::string>& args) {
       require_drop = std::strtod(v.c_str(), &end);
       VLM_CHECK(end && *end == '\0' && require_drop > 0,
                 "--require-loss-drop expects a positive number, got '", v, "'");
+    } else if (a == "--keys") {
+      std::printf("%s", train_config_keys_markdown().c_str());
+      return 0;
     } else if (a == "--help" || a == "-h") {
       std::printf("%s", kTrainUsage);
       return 0;
@@ -87,11 +93,9 @@ int cmd_export(const std::vector<std::string>& args) {
       checkpoint = value_of(args, i);
     else if (a == "--out")
       out = value_of(args, i);
-    else if (a == "--dtype") {
-      const std::string v = value_of(args, i);
-      VLM_CHECK(v == "bf16" || v == "f32", "--dtype: expected bf16 or f32, got '", v, "'");
-      dtype = v == "bf16" ? DType::bf16 : DType::f32;
-    } else if (a == "--help" || a == "-h") {
+    else if (a == "--dtype")
+      dtype = parse_model_dtype(value_of(args, i), "--dtype");
+    else if (a == "--help" || a == "-h") {
       std::printf("%s", kExportUsage);
       return 0;
     } else {
@@ -100,11 +104,9 @@ int cmd_export(const std::vector<std::string>& args) {
   }
   VLM_CHECK(!checkpoint.empty() && !out.empty(), "export: --checkpoint and --out are required\n",
             kExportUsage);
-  const model::Qwen3Config mc = model::Qwen3Config::load(checkpoint);
-  model::Qwen3ForCausalLM m(mc, DType::f32);
-  model::load_hf_weights(m, checkpoint);
-  model::save_hf_snapshot(m, mc, out, dtype, checkpoint);
-  std::printf("exported %s (%s) to %s\n", mc.summary().c_str(), dtype_name(dtype), out.c_str());
+  auto m = model::load_pretrained(checkpoint, DType::f32);
+  model::save_hf_snapshot(*m, m->hf_config(), out, dtype, checkpoint);
+  std::printf("exported %s (%s) to %s\n", m->summary().c_str(), dtype_name(dtype), out.c_str());
   return 0;
 }
 

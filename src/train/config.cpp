@@ -36,19 +36,7 @@ std::string device_error(const std::string& text) {
 
 // --- enums: canonical names (first) and aliases --------------------------------------------------
 
-template <class E> struct EnumName {
-  const char* name;
-  E value;
-  bool alias = false; // accepted on input, never written
-};
-
-std::span<const EnumName<AcMode>> enum_names(AcMode*) {
-  static constexpr EnumName<AcMode> t[] = {{"off", AcMode::off},
-                                           {"full", AcMode::full},
-                                           {"selective", AcMode::selective},
-                                           {"sac", AcMode::selective, true}};
-  return t;
-}
+std::span<const EnumName<AcMode>> enum_names(AcMode*) { return parallel::ac_mode_names(); }
 std::span<const EnumName<NanPolicy>> enum_names(NanPolicy*) {
   static constexpr EnumName<NanPolicy> t[] = {{"abort", NanPolicy::abort},
                                               {"skip", NanPolicy::skip}};
@@ -80,20 +68,10 @@ std::span<const EnumName<io::OverlongPolicy>> enum_names(io::OverlongPolicy*) {
                                                        {"drop", io::OverlongPolicy::drop}};
   return t;
 }
-// Only the dtypes a model can be trained in; the aliases are torch's and the reference's names.
-std::span<const EnumName<DType>> enum_names(DType*) {
-  static constexpr EnumName<DType> t[] = {{"bf16", DType::bf16},
-                                          {"f32", DType::f32},
-                                          {"bfloat16", DType::bf16, true},
-                                          {"float32", DType::f32, true},
-                                          {"fp32", DType::f32, true}};
-  return t;
-}
+std::span<const EnumName<DType>> enum_names(DType*) { return model_dtype_names(); }
 
 template <class E> const char* name_of(E v) {
-  for (const auto& e : enum_names(static_cast<E*>(nullptr)))
-    if (!e.alias && e.value == v) return e.name;
-  return nullptr;
+  return enum_name(enum_names(static_cast<E*>(nullptr)), v);
 }
 
 std::string lower(std::string_view s) {
@@ -165,12 +143,10 @@ void bind(std::vector<Field>& out, const char* s, const char* k, E& v, const cha
     return Value(std::string(n ? n : "?"));
   };
   f.set = [&v, choices = f.choices, aliases = f.aliases](const Value& x) {
-    const std::string want = lower(std::get<std::string>(x));
-    for (const auto& e : enum_names(static_cast<E*>(nullptr)))
-      if (want == e.name) {
-        v = e.value;
-        return std::string();
-      }
+    if (const auto* e = find_enum(enum_names(static_cast<E*>(nullptr)), std::get<std::string>(x))) {
+      v = e->value;
+      return std::string();
+    }
     std::string msg = "is not one of ";
     for (size_t i = 0; i < choices.size(); i++) msg += (i ? ", " : "") + choices[i];
     for (const auto& [alias, canonical] : aliases) msg += " (" + alias + " = " + canonical + ")";
@@ -704,6 +680,8 @@ public:
     check(device_error(t.device).empty(), "training.device", device_error(t.device));
     check(t.param_dtype == DType::f32 || t.param_dtype == DType::bf16, "training.param_dtype",
           "must be bf16 or f32");
+    check(t.grad_dtype == DType::f32 || t.grad_dtype == DType::bf16, "training.grad_dtype",
+          "must be f32 or bf16");
     check(t.eval_steps >= 0, "training.eval_steps", "must be >= 0 (0 = no evaluation)");
     check(t.eval_batches >= 0, "training.eval_batches", "must be >= 0 (0 = the whole split)");
     check(t.max_skipped_steps >= 0, "training.max_skipped_steps", "must be >= 0");
@@ -769,7 +747,6 @@ std::string type_text(const Field& f) {
 
 } // namespace
 
-const char* ac_mode_name(AcMode m) { return name_of(m); }
 const char* nan_policy_name(NanPolicy p) { return name_of(p); }
 const char* checkpoint_format_name(CheckpointFormat f) { return name_of(f); }
 const char* data_parallel_name(DataParallel d) { return name_of(d); }

@@ -43,14 +43,14 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "io/packing.h"
+#include "parallel/activation_checkpointing.h"
 #include "src/base/dtype.h"
 #include "src/optim/lr_schedule.h"
 
 namespace vlm::train {
 
-// Activation checkpointing of the decoder layers. selective keeps the matmul outputs of each layer
-// and recomputes the rest in backward (the reference's "sac"); full keeps only the layer input.
-enum class AcMode : uint8_t { off, full, selective };
+// Activation checkpointing of the model's blocks (parallel/activation_checkpointing.h).
+using parallel::AcMode;
 // What a non-finite loss or gradient norm does: abort (naming the step and the first non-finite
 // tensor) or skip the optimizer update and count it (training.max_skipped_steps).
 enum class NanPolicy : uint8_t { abort, skip };
@@ -59,7 +59,6 @@ enum class CheckpointFormat : uint8_t { safetensors, hdf5 };
 // states sharded over the data-parallel ranks (DESIGN.md §6).
 enum class DataParallel : uint8_t { ddp, fsdp };
 
-const char* ac_mode_name(AcMode m);
 const char* nan_policy_name(NanPolicy p);
 const char* checkpoint_format_name(CheckpointFormat f);
 const char* data_parallel_name(DataParallel d);
@@ -72,12 +71,12 @@ const char* data_parallel_name(DataParallel d);
   X(std::string, model_dir, "",                                                                    \
     "HF snapshot folder (config.json, *.safetensors, tokenizer); set this or preset")              \
   X(std::string, preset, "",                                                                       \
-    "built-in model instead of model_dir: \"tiny\" = a tiny Qwen3 (qwen-models.md T1)")            \
+    "built-in model instead of model_dir (`vlmtrain models` lists them; \"tiny\": qwen-models.md T1)")\
   X(std::string, tokenizer, "", "tokenizer.json or the folder holding it; \"\" = model_dir")       \
   X(bool, train_llm, true,                                                                         \
     "train the language model: embeddings, decoder layers, final norm, untied lm_head")            \
   X(bool, train_mlp, true,                                                                         \
-    "train the vision-language merger (VLMs; Qwen3-VL deepstack mergers too)")                     \
+    "train the vision-language merger (VLMs; deepstack mergers too)")                              \
   X(bool, train_vit, false, "train the vision tower (VLMs)")
 
 #define VLM_TRAIN_CONFIG_TRAINING(X)                                                               \
@@ -113,8 +112,10 @@ const char* data_parallel_name(DataParallel d);
   X(int64_t, micro_batch_rows, 1, "packed rows of data.seq_len tokens per micro-step")             \
   X(DType, param_dtype, DType::bf16,                                                               \
     "parameter and compute dtype (reference: bfloat16); master weights, AdamW states: f32")        \
+  X(DType, grad_dtype, DType::f32,                                                                 \
+    "dtype gradients of bf16 parameters accumulate in (f32 as PyTorch AMP, or bf16)")              \
   X(AcMode, ac_mode, AcMode::off,                                                                  \
-    "activation checkpointing per decoder layer; selective keeps matmul outputs (= sac)")          \
+    "activation checkpointing per block (decoder layer); selective keeps matmul outputs (= sac)")          \
   X(int64_t, loss_vocab_chunk, 0,                                                                  \
     "0: LM head logits then the loss; N: head + loss fused over N-row vocab chunks (less memory)") \
   X(bool, random_init, false,                                                                      \

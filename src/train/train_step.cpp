@@ -6,6 +6,7 @@
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/elementwise.h"
+#include "src/core/ops/shape_ops.h"
 #include "src/optim/grad_clip.h"
 
 namespace vlm::train {
@@ -23,30 +24,61 @@ optim::LrScheduleConfig lr_schedule_config(const TrainConfig& config) {
   return s;
 }
 
-TrainStepper::TrainStepper(const TrainConfig& config,
-                           std::shared_ptr<model::Qwen3ForCausalLM> model)
+namespace {
+
+// What model.train_* and lr_* say for a parameter group.
+struct GroupSettings {
+  bool trained;
+  double lr;
+};
+
+GroupSettings group_settings(const TrainConfig& c, model::ParamGroup g) {
+  switch (g) {
+  case model::ParamGroup::llm: return {c.model.train_llm, c.training.lr_llm};
+  case model::ParamGroup::mlp: return {c.model.train_mlp, c.training.lr_mlp};
+  case model::ParamGroup::vit: return {c.model.train_vit, c.training.lr_vit};
+  }
+  return {false, 0};
+}
+
+bool decays(const TrainingOptions& t, model::ParamKind kind) {
+  switch (kind) {
+  case model::ParamKind::weight: return true;
+  case model::ParamKind::norm: return t.decay_norms;
+  case model::ParamKind::bias: return t.decay_biases;
+  case model::ParamKind::embedding: return t.decay_embeddings;
+  }
+  return true;
+}
+
+} // namespace
+
+TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model)
     : config_(config), model_(std::move(model)), schedule_(lr_schedule_config(config)) {
   const TrainingOptions& t = config.training;
-  forward_.loss_vocab_chunk = t.loss_vocab_chunk;
-  forward_.ac = t.ac_mode == AcMode::full        ? model::ActivationCheckpointing::full
-                : t.ac_mode == AcMode::selective ? model::ActivationCheckpointing::selective
-                                                 : model::ActivationCheckpointing::off;
-  // A text model is all language model: train_llm decides for every parameter.
-  VLM_CHECK(config.model.train_llm,
-            "config: model.train_llm = false leaves a text-only model nothing to train");
-  optim::ParamGroup decay{"llm", {}, t.lr_llm, t.weight_decay};
-  optim::ParamGroup no_decay{"llm_no_decay", {}, t.lr_llm, 0.0};
-  for (const auto& p : model_->named_parameters()) {
-    const model::ParamKind kind = model::qwen3_param_kind(p.name);
-    const bool decays = kind == model::ParamKind::weight ||
-                        (kind == model::ParamKind::norm && t.decay_norms) ||
-                        (kind == model::ParamKind::bias && t.decay_biases) ||
-                        (kind == model::ParamKind::embedding && t.decay_embeddings);
-    (decays ? decay : no_decay).params.push_back(p.tensor);
-  }
+  loss_.vocab_chunk = t.loss_vocab_chunk;
+  // Groups in a fixed order: llm, llm_no_decay, mlp, mlp_no_decay, vit, vit_no_decay.
   std::vector<optim::ParamGroup> groups;
-  for (auto* g : {&decay, &no_decay})
-    if (!g->params.empty()) groups.push_back(*g);
+  for (auto g : {model::ParamGroup::llm, model::ParamGroup::mlp, model::ParamGroup::vit}) {
+    const std::string name = model::param_group_name(g);
+    const double lr = group_settings(config, g).lr;
+    groups.push_back({name, {}, lr, t.weight_decay});
+    groups.push_back({name + "_no_decay", {}, lr, 0.0});
+  }
+  for (const auto& p : model_->named_parameters()) {
+    const model::ParamRole role = model_->param_role(p.name);
+    Tensor param = p.tensor;
+    if (!group_settings(config, role.group).trained) {
+      param.set_requires_grad(false);
+      continue;
+    }
+    if (param.dtype() == DType::bf16) param.set_grad_dtype(t.grad_dtype);
+    groups[2 * size_t(role.group) + (decays(t, role.kind) ? 0 : 1)].params.push_back(param);
+  }
+  std::erase_if(groups, [](const optim::ParamGroup& g) { return g.params.empty(); });
+  VLM_CHECK(!groups.empty(), "config: model.train_llm = ", config.model.train_llm,
+            ", train_mlp = ", config.model.train_mlp, ", train_vit = ", config.model.train_vit,
+            " leave ", model_->summary(), " nothing to train");
   for (const auto& g : groups)
     trainable_.insert(trainable_.end(), g.params.begin(), g.params.end());
   optimizer_ = std::make_unique<optim::AdamW>(
@@ -61,7 +93,7 @@ std::string TrainStepper::first_non_finite(double loss) const {
   return "the gradient norm";
 }
 
-StepStats TrainStepper::step(int64_t step, const std::vector<model::TextBatch>& micro_batches) {
+StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micro_batches) {
   VLM_CHECK(!micro_batches.empty(), "train step ", step + 1, ": no micro-batch");
   StepStats s;
   s.step = step;
@@ -76,12 +108,21 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::TextBatch>& 
   }
 
   const double scale = 1.0 / double(s.targets);
-  double loss_sum = 0;
-  for (const auto& b : micro_batches) {
-    Tensor l = model_->loss_sum(b, forward_);
-    loss_sum += l.item();
+  // Each micro-batch's loss sum stays on the device, in one [micro-batches] tensor read once.
+  Tensor losses;
+  for (size_t i = 0; i < micro_batches.size(); i++) {
+    Tensor l = model::lm_loss(*model_, micro_batches[i], Reduction::sum, loss_);
+    if (!losses.defined())
+      losses = Tensor::empty({int64_t(micro_batches.size())}, l.dtype(), l.device());
+    {
+      NoGradGuard no_grad;
+      Tensor slot = slice(losses, 0, int64_t(i), int64_t(i) + 1);
+      copy_(slot, reshape(l.detach(), {1}));
+    }
     affine(l, scale).backward();
   }
+  double loss_sum = 0;
+  for (double l : losses.to_doubles()) loss_sum += l;
   s.loss = loss_sum * scale;
 
   const double max_norm = config_.training.max_grad_norm;
@@ -109,13 +150,12 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::TextBatch>& 
   return s;
 }
 
-std::pair<double, int64_t>
-TrainStepper::evaluate(const std::vector<model::TextBatch>& batches) const {
+std::pair<double, int64_t> TrainStepper::evaluate(const std::vector<model::Batch>& batches) const {
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t targets = 0;
   for (const auto& b : batches) {
-    loss_sum += model_->loss_sum(b, forward_).item();
+    loss_sum += model::lm_loss(*model_, b, Reduction::sum, loss_).item();
     targets += model::count_targets(b);
   }
   return {loss_sum, targets};

@@ -1,5 +1,5 @@
-// One optimizer step of the Qwen3 trainer, independent of where the batches come from (the
-// loader in `vlmtrain train`, a fixed file in the loop-parity test):
+// One optimizer step of any CausalLM, independent of where the batches come from (the loader in
+// `vlmtrain train`, a fixed file in the loop-parity test):
 //
 //   N = Σ over the step's micro-batches of their valid targets
 //   for each micro-batch b:  backward(loss_sum(b) / N)          (gradients accumulate)
@@ -11,9 +11,15 @@
 // micro-batch mean by the micro-step count instead, which weights a short micro-batch's tokens
 // more (reference-trainer.md §1 #12). The logged loss is the same token mean.
 //
-// Parameter groups (AdamW): the language model's parameters at lr_llm, split into "decay" and
-// "no_decay" (norms, biases, embeddings unless training.decay_* say otherwise). Frozen groups
-// (train_llm = false) get requires_grad = false and no optimizer state.
+// On CUDA the step reads the device twice: the micro-batch losses once, at the end (they stay on
+// the device until then), and the gradient norm once (for clipping).
+//
+// Parameter groups (AdamW): by the model's param_role, the language model at lr_llm, the
+// vision-language merger at lr_mlp and the vision tower at lr_vit, each split into decay and
+// no-decay (norms, biases, embeddings unless training.decay_* say otherwise): "llm",
+// "llm_no_decay", "mlp", ... Frozen groups (model.train_* = false) get requires_grad = false and
+// no optimizer state. Gradients of bf16 parameters accumulate in training.grad_dtype (f32 by
+// default, as PyTorch AMP and FSDP2 mixed precision do); AdamW reads them as they are.
 //
 // Non-finite loss or gradient norm (training.nan_policy): abort throws naming the step and the
 // first non-finite tensor (the loss, or a parameter gradient by its HF name); skip drops the
@@ -26,7 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "model/qwen3.h"
+#include "model/causal_lm.h"
+#include "model/lm_loss.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
 #include "src/train/config.h"
@@ -46,27 +53,29 @@ struct StepStats {
 class TrainStepper {
 public:
   // Builds the optimizer groups and state for `model` (its parameters must be allocated).
-  TrainStepper(const TrainConfig& config, std::shared_ptr<model::Qwen3ForCausalLM> model);
+  TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model);
 
   // Runs optimizer step `step` (0-based) over `micro_batches` (at least one).
-  StepStats step(int64_t step, const std::vector<model::TextBatch>& micro_batches);
+  StepStats step(int64_t step, const std::vector<model::Batch>& micro_batches);
 
   // Token-mean loss over batches, no gradients (evaluation). Returns {loss_sum, targets}.
-  std::pair<double, int64_t> evaluate(const std::vector<model::TextBatch>& batches) const;
+  std::pair<double, int64_t> evaluate(const std::vector<model::Batch>& batches) const;
 
   optim::AdamW& optimizer() { return *optimizer_; }
   const optim::LrSchedule& schedule() const { return schedule_; }
   // Trainable parameters in optimizer order.
   const std::vector<Tensor>& trainable() const { return trainable_; }
   int64_t skipped_steps() const { return skipped_; }
+  void set_skipped_steps(int64_t n) { skipped_ = n; } // restoring a TrainState
+  model::CausalLM& model() const { return *model_; }
 
 private:
   // "the loss" or "the gradient of <name>": the first non-finite value of this step.
   std::string first_non_finite(double loss) const;
 
   TrainConfig config_;
-  std::shared_ptr<model::Qwen3ForCausalLM> model_;
-  model::ForwardOptions forward_;
+  std::shared_ptr<model::CausalLM> model_;
+  model::LossOptions loss_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   std::vector<Tensor> trainable_;

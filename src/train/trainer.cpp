@@ -5,29 +5,27 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 #include <optional>
-
-#include <nlohmann/json.hpp>
 
 #include "io/loader.h"
 #include "io/tokenizer.h"
-#include "model/flops.h"
 #include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/model_spec.h"
+#include "parallel/activation_checkpointing.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
 #include "src/train/batches.h"
-#include "src/train/metrics.h"
-#include "src/train/train_step.h"
 
 namespace vlm::train {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // What this build cannot do yet: refuse it at start rather than train something else.
 void check_supported(const TrainConfig& c) {
@@ -46,22 +44,6 @@ void check_supported(const TrainConfig& c) {
             "it from)");
 }
 
-model::Qwen3Config model_config(const TrainConfig& c, const io::Tokenizer& tok) {
-  model::Qwen3Config mc;
-  if (!c.model.preset.empty()) {
-    VLM_CHECK(c.model.preset == "tiny", "config: model.preset = \"", c.model.preset,
-              "\": the only preset is \"tiny\"");
-    mc = model::tiny_qwen3_config();
-    // The tokenizer decides the vocabulary: at least T1's 512 rows, a multiple of 64.
-    mc.vocab_size = std::max<int64_t>(mc.vocab_size, (tok.vocab_size() + 63) / 64 * 64);
-  } else {
-    mc = model::Qwen3Config::load(c.model.model_dir);
-  }
-  VLM_CHECK(tok.vocab_size() <= mc.vocab_size, "the tokenizer '", c.model.tokenizer, "' has ",
-            tok.vocab_size(), " tokens but the model's vocab_size is ", mc.vocab_size);
-  return mc;
-}
-
 std::string tokenizer_dir(const std::string& path) {
   return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
 }
@@ -72,16 +54,41 @@ std::string checkpoint_dir(const TrainConfig& c, int64_t step) {
   return (fs::path(c.checkpoint.output_dir) / name).string();
 }
 
+// Describe (a preset or the snapshot's config.json), apply activation checkpointing from
+// outside, then initialize (random_init, presets) or load the snapshot's weights, on the host.
+std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tokenizer& tok,
+                                             Rng& rng) {
+  const TrainingOptions& t = c.training;
+  std::shared_ptr<model::CausalLM> m;
+  if (!c.model.preset.empty()) {
+    model::PresetOptions o;
+    o.min_vocab_size = tok.vocab_size(); // the tokenizer decides the vocabulary
+    m = model::build_model(model::preset_config(c.model.preset, o),
+                           "model.preset \"" + c.model.preset + "\"", t.param_dtype);
+  } else {
+    m = model::build_model(model::read_config_json(c.model.model_dir),
+                           (fs::path(c.model.model_dir) / "config.json").string(), t.param_dtype);
+  }
+  VLM_CHECK(tok.vocab_size() <= m->vocab_size(), "the tokenizer '", c.model.tokenizer, "' has ",
+            tok.vocab_size(), " tokens but the model's vocab_size is ", m->vocab_size());
+  parallel::apply_activation_checkpointing(m->blocks(), t.ac_mode);
+  if (t.random_init || !c.model.preset.empty())
+    m->init_weights(rng);
+  else
+    model::load_hf_weights(*m, c.model.model_dir);
+  return m;
+}
+
 // micro_batch_rows rows from the loader as one micro-batch, with the rows' token counts and
 // FLOPs; nullopt when the data ended first.
 struct MicroBatch {
-  model::TextBatch batch;
+  model::Batch batch;
   int64_t real_tokens = 0, padded_tokens = 0;
   double flops = 0;
 };
 
 std::optional<MicroBatch> next_micro_batch(io::DataLoader& loader, int64_t rows,
-                                           const model::Qwen3Config& mc, Device device) {
+                                           const model::CausalLM& m, Device device) {
   std::vector<io::PackedRow> got;
   MicroBatch mb;
   for (int64_t r = 0; r < rows; r++) {
@@ -89,142 +96,177 @@ std::optional<MicroBatch> next_micro_batch(io::DataLoader& loader, int64_t rows,
     if (!row) return std::nullopt;
     mb.real_tokens += row->real_tokens;
     mb.padded_tokens += row->pad_tokens;
-    mb.flops += model::qwen3_training_flops(mc, row->cu_seqlens, row->num_docs).total();
+    mb.flops += m.training_flops(row->cu_seqlens, row->num_docs).total();
     got.push_back(std::move(*row));
   }
-  mb.batch = model::to_device(text_batch_from_rows(got), device);
+  model::Batch host = batch_from_rows(got);
+  model::validate_batch(host, m.vocab_size()); // on the host, so no kernel checks on the device
+  mb.batch = model::to_device(host, device);
   return mb;
 }
 
 } // namespace
 
-TrainSummary run_training(const TrainConfig& c) {
+// The data side: the tokenizer, the training loader and how to open the validation loader.
+struct Trainer::Data {
+  io::Tokenizer tokenizer;
+  std::unique_ptr<io::DataLoader> train;
+  std::vector<int> pattern; // micro-steps per optimizer step
+
+  // Validation data is read from its beginning at every evaluation.
+  std::unique_ptr<io::DataLoader> open_val(const TrainConfig& c) const {
+    return std::make_unique<io::DataLoader>(
+        text_loader_config(c, tokenizer, c.model.tokenizer, c.data.val_split, false), tokenizer);
+  }
+};
+
+Trainer::Trainer(const TrainConfig& c) : config_(c) {
   check_supported(c);
   const TrainingOptions& t = c.training;
-  const auto start = Clock::now();
-
+  start_seconds_ = now_seconds();
   const Device device = parse_device(t.device);
   check_device_available(device, "config: training.device");
-  Allocator& device_memory = allocator_for(device);
-  io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
-  const model::Qwen3Config mc = model_config(c, tok);
-  auto model = std::make_shared<model::Qwen3ForCausalLM>(mc, t.param_dtype);
-  if (t.random_init || !c.model.preset.empty()) {
-    Rng rng(uint64_t(t.seed));
-    model->init_weights(rng);
-  } else {
-    model::load_hf_weights(*model, c.model.model_dir);
-  }
-  model->to(device); // initialized or loaded on the host (Module::to)
-  const double peak_tflops =
-      c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device);
-  TrainStepper stepper(c, model);
-  const std::vector<int> pattern = accumulation_pattern(t.tpi_multiplier);
 
-  io::DataLoader loader(text_loader_config(c, tok, c.model.tokenizer, c.data.train_split, true),
-                        tok);
-  // Validation data is read from its beginning at every evaluation.
-  auto val_loader = [&] {
-    return std::make_unique<io::DataLoader>(
-        text_loader_config(c, tok, c.model.tokenizer, c.data.val_split, false), tok);
-  };
-  if (t.eval_steps > 0) val_loader(); // a missing val split fails now, not after hours
+  data_ = std::make_unique<Data>(Data{io::Tokenizer::from_file(c.model.tokenizer), {}, {}});
+  state_.rng = Rng(uint64_t(t.seed));
+  model_ = build_model(c, data_->tokenizer, state_.rng);
+  model_->to(device); // initialized or loaded on the host (Module::to)
+  peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device);
+  stepper_ = std::make_unique<TrainStepper>(c, model_);
+  data_->pattern = accumulation_pattern(t.tpi_multiplier);
+  data_->train = std::make_unique<io::DataLoader>(
+      text_loader_config(c, data_->tokenizer, c.model.tokenizer, c.data.train_split, true),
+      data_->tokenizer);
+  if (t.eval_steps > 0) data_->open_val(c); // a missing val split fails now, not after hours
 
-  MetricsLog metrics(c.logging.metrics_file);
-  log_info("train: ", c.model.model_name.empty() ? mc.summary() : c.model.model_name, ", ",
-           model->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
+  state_.model = model_.get();
+  state_.optimizer = &stepper_->optimizer();
+  state_.schedule = &stepper_->schedule();
+  state_.loader = data_->train.get();
+  metrics_ = std::make_unique<MetricsLog>(c.logging.metrics_file);
+
+  log_info("train: ", c.model.model_name.empty() ? model_->summary() : c.model.model_name, ", ",
+           model_->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
            t.total_steps, " steps on ", device.str(), " of ", c.data.seq_len, "-token rows x ",
            t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
+  train_start_seconds_ = now_seconds();
+}
 
-  TrainSummary sum;
-  auto evaluate = [&](int64_t step) {
-    auto val = val_loader();
-    std::vector<model::TextBatch> batches;
-    for (int64_t i = 0; t.eval_batches == 0 || i < t.eval_batches; i++) {
-      auto mb = next_micro_batch(*val, t.micro_batch_rows, mc, device);
-      if (!mb) break;
-      batches.push_back(std::move(mb->batch));
-    }
-    VLM_CHECK(!batches.empty(), "eval: data.val_split '", c.data.val_split,
-              "' gave no complete micro-batch of ", t.micro_batch_rows, " rows");
-    auto [loss_sum, targets] = stepper.evaluate(batches);
-    const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
-    sum.eval_loss = loss;
-    metrics.write_eval(step, loss, targets);
-    if (c.logging.progress)
-      std::printf("eval  %lld/%lld | loss %.4f | ppl %.2f | %lld tokens\n", (long long)step,
-                  (long long)t.total_steps, loss, std::exp(loss), (long long)targets);
-  };
-  auto save = [&](int64_t step) {
-    sum.final_checkpoint = checkpoint_dir(c, step);
-    model::save_hf_snapshot(*model, mc, sum.final_checkpoint, t.param_dtype,
-                            tokenizer_dir(c.model.tokenizer));
-    log_info("saved ", sum.final_checkpoint);
-  };
+Trainer::~Trainer() = default;
 
-  ProgressWindow window;
-  const auto train_start = Clock::now();
-  for (int64_t step = 0; step < t.total_steps; step++) {
-    const auto step_start = Clock::now();
-    const int micro = pattern[size_t(step) % pattern.size()];
-    std::vector<model::TextBatch> batches;
-    StepRecord rec;
-    for (int m = 0; m < micro; m++) {
-      auto mb = next_micro_batch(loader, t.micro_batch_rows, mc, device);
-      VLM_CHECK(mb, "train step ", step + 1, ": data.train_split '", c.data.train_split,
-                "' ended (data.epochs = ", c.data.epochs,
-                ") before training.total_steps = ", t.total_steps);
-      rec.real_tokens += mb->real_tokens;
-      rec.padded_tokens += mb->padded_tokens;
-      rec.flops += mb->flops;
-      batches.push_back(std::move(mb->batch));
-    }
-    rec.stats = stepper.step(step, batches);
-    rec.seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-    rec.elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    rec.peak_memory_bytes = int64_t(device_memory.stats().peak_bytes);
-    rec.peak_tflops = peak_tflops;
-    metrics.write_step(rec);
-    sum.real_tokens += rec.real_tokens;
-    sum.padded_tokens += rec.padded_tokens;
-    window.add(rec);
+bool Trainer::done() const { return state_.step >= config_.training.total_steps; }
 
-    const bool last = step + 1 == t.total_steps;
-    if ((step + 1) % c.logging.log_every == 0 || last) {
-      const double mean = window.mean_loss();
-      if (step + 1 <= c.logging.log_every) sum.first_loss = mean;
-      sum.last_loss = mean;
-      const double done = std::chrono::duration<double>(Clock::now() - train_start).count();
-      if (c.logging.progress)
-        std::printf("%s\n", window
-                                .line(step + 1, t.total_steps,
-                                      done / double(step + 1) * double(t.total_steps - step - 1))
-                                .c_str());
-      std::fflush(stdout);
-      window = ProgressWindow();
-    }
-    if (t.eval_steps > 0 && ((step + 1) % t.eval_steps == 0 || last)) evaluate(step + 1);
-    if (last || (c.checkpoint.save_steps > 0 && (step + 1) % c.checkpoint.save_steps == 0))
-      save(step + 1);
+StepRecord Trainer::train_step() {
+  const TrainingOptions& t = config_.training;
+  VLM_CHECK(!done(), "train: all ", t.total_steps, " steps are done");
+  const int64_t step = state_.step;
+  const double step_start = now_seconds();
+  const Device device = parse_device(t.device);
+  const int micro = data_->pattern[size_t(step) % data_->pattern.size()];
+  std::vector<model::Batch> batches;
+  StepRecord rec;
+  for (int m = 0; m < micro; m++) {
+    auto mb = next_micro_batch(*data_->train, t.micro_batch_rows, *model_, device);
+    VLM_CHECK(mb, "train step ", step + 1, ": data.train_split '", config_.data.train_split,
+              "' ended (data.epochs = ", config_.data.epochs,
+              ") before training.total_steps = ", t.total_steps);
+    rec.real_tokens += mb->real_tokens;
+    rec.padded_tokens += mb->padded_tokens;
+    rec.flops += mb->flops;
+    batches.push_back(std::move(mb->batch));
   }
-  sum.steps = t.total_steps;
-  sum.skipped_steps = stepper.skipped_steps();
-  sum.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stepper_->set_skipped_steps(state_.skipped_steps);
+  rec.stats = stepper_->step(step, batches);
+  state_.skipped_steps = stepper_->skipped_steps();
+  state_.step = step + 1;
+  state_.tokens += rec.real_tokens;
+  state_.padded_tokens += rec.padded_tokens;
 
-  const double train_s = std::chrono::duration<double>(Clock::now() - train_start).count();
-  std::printf("train done: %lld steps in %s, loss %.4f -> %.4f", (long long)sum.steps,
-              format_duration(sum.seconds).c_str(), sum.first_loss, sum.last_loss);
-  if (sum.eval_loss >= 0)
-    std::printf(", eval loss %.4f (ppl %.2f)", sum.eval_loss, std::exp(sum.eval_loss));
+  const double now = now_seconds();
+  rec.seconds = now - step_start;
+  rec.elapsed = now - start_seconds_;
+  rec.peak_memory_bytes = int64_t(allocator_for(device).stats().peak_bytes);
+  rec.peak_tflops = peak_tflops_;
+  metrics_->write_step(rec);
+  summary_.real_tokens += rec.real_tokens;
+  summary_.padded_tokens += rec.padded_tokens;
+  window_.add(rec);
+
+  const int64_t done_steps = state_.step, trained_here = done_steps - first_step_;
+  const bool last = done();
+  if (done_steps % config_.logging.log_every == 0 || last) {
+    const double mean = window_.mean_loss();
+    if (trained_here <= config_.logging.log_every) summary_.first_loss = mean;
+    summary_.last_loss = mean;
+    const double spent = now_seconds() - train_start_seconds_;
+    const double eta = spent / double(trained_here) * double(t.total_steps - done_steps);
+    if (config_.logging.progress)
+      std::printf("%s\n", window_.line(done_steps, t.total_steps, eta).c_str());
+    std::fflush(stdout);
+    window_ = ProgressWindow();
+  }
+  if (t.eval_steps > 0 && (done_steps % t.eval_steps == 0 || last)) evaluate();
+  if (last ||
+      (config_.checkpoint.save_steps > 0 && done_steps % config_.checkpoint.save_steps == 0))
+    save_checkpoint();
+  return rec;
+}
+
+double Trainer::evaluate() {
+  const TrainingOptions& t = config_.training;
+  const Device device = parse_device(t.device);
+  auto val = data_->open_val(config_);
+  std::vector<model::Batch> batches;
+  for (int64_t i = 0; t.eval_batches == 0 || i < t.eval_batches; i++) {
+    auto mb = next_micro_batch(*val, t.micro_batch_rows, *model_, device);
+    if (!mb) break;
+    batches.push_back(std::move(mb->batch));
+  }
+  VLM_CHECK(!batches.empty(), "eval: data.val_split '", config_.data.val_split,
+            "' gave no complete micro-batch of ", t.micro_batch_rows, " rows");
+  auto [loss_sum, targets] = stepper_->evaluate(batches);
+  const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
+  summary_.eval_loss = loss;
+  metrics_->write_eval(state_.step, loss, targets);
+  if (config_.logging.progress)
+    std::printf("eval  %lld/%lld | loss %.4f | ppl %.2f | %lld tokens\n", (long long)state_.step,
+                (long long)t.total_steps, loss, std::exp(loss), (long long)targets);
+  return loss;
+}
+
+void Trainer::save_checkpoint() {
+  summary_.final_checkpoint = checkpoint_dir(config_, state_.step);
+  model::save_hf_snapshot(*model_, model_->hf_config(), summary_.final_checkpoint,
+                          config_.training.param_dtype, tokenizer_dir(config_.model.tokenizer));
+  log_info("saved ", summary_.final_checkpoint);
+}
+
+TrainSummary Trainer::run() {
+  first_step_ = state_.step;
+  train_start_seconds_ = now_seconds();
+  while (!done()) train_step();
+  summary_.steps = state_.step;
+  summary_.skipped_steps = state_.skipped_steps;
+  summary_.seconds = now_seconds() - start_seconds_;
+
+  const TrainSummary& s = summary_;
+  const double train_s = now_seconds() - train_start_seconds_;
+  const MemoryStats mem = allocator_for(parse_device(config_.training.device)).stats();
+  std::printf("train done: %lld steps in %s, loss %.4f -> %.4f", (long long)s.steps,
+              format_duration(s.seconds).c_str(), s.first_loss, s.last_loss);
+  if (s.eval_loss >= 0)
+    std::printf(", eval loss %.4f (ppl %.2f)", s.eval_loss, std::exp(s.eval_loss));
   std::printf("\n  %lld real tokens (%.1f%% padding), %.0f tokens/s, peak tensor memory %.1f MiB, "
               "%lld skipped steps\n  checkpoint %s, metrics %s\n",
-              (long long)sum.real_tokens,
-              100.0 * double(sum.padded_tokens) /
-                  double(std::max<int64_t>(1, sum.real_tokens + sum.padded_tokens)),
-              double(sum.real_tokens) / std::max(train_s, 1e-9),
-              double(device_memory.stats().peak_bytes) / (1 << 20), (long long)sum.skipped_steps,
-              sum.final_checkpoint.c_str(), c.logging.metrics_file.c_str());
-  return sum;
+              (long long)s.real_tokens,
+              100.0 * double(s.padded_tokens) /
+                  double(std::max<int64_t>(1, s.real_tokens + s.padded_tokens)),
+              double(s.real_tokens) / std::max(train_s, 1e-9), double(mem.peak_bytes) / (1 << 20),
+              (long long)s.skipped_steps, s.final_checkpoint.c_str(),
+              config_.logging.metrics_file.c_str());
+  return s;
 }
+
+TrainSummary run_training(const TrainConfig& config) { return Trainer(config).run(); }
 
 } // namespace vlm::train

@@ -1,13 +1,17 @@
-// `vlmtrain train`: a Qwen3 text model trained on Energon data by a TOML config
-// (src/train/config.h), single process for now (FSDP/TP arrive with the parallel issues).
+// `vlmtrain train`: any registered model family (model/model_spec.h) trained on Energon data by a
+// TOML config (src/train/config.h), single process for now (FSDP/TP arrive with the parallel
+// issues). The trainer goes (DESIGN.md §4.1): spec -> build (describe) -> parallelize (activation
+// checkpointing) -> init or load -> to(device) -> TrainStepper.
 //
-//   model      model.preset = "tiny" (random init) or an HF snapshot (model.model_dir), weights
-//              loaded by name or HF-initialised (training.random_init)
+//   model      model.preset (a built-in config, random init) or an HF snapshot (model.model_dir),
+//              weights loaded by name or HF-initialised (training.random_init)
 //   data       the loader of data.train_split (io/loader.h), micro_batch_rows packed rows per
-//              micro-step, tpi_multiplier micro-steps per optimizer step (accumulation_pattern)
+//              micro-step, tpi_multiplier micro-steps per optimizer step (accumulation_pattern);
+//              each micro-batch is checked on the host (model::validate_batch) before upload
 //   step       src/train/train_step.h (token-mean loss, clipping, AdamW, non-finite policy)
 //   eval       every training.eval_steps steps and at the end: token-mean loss and perplexity
 //              over eval_batches micro-batches of data.val_split, read from its beginning
+//   state      src/train/train_state.h: step, tokens, RNG, model, optimizer, schedule, loader
 //   output     a progress line every logging.log_every steps (step/total, loss, lr, grad norm,
 //              tokens/s, ETA); logging.metrics_file: one JSON object per optimizer step and per
 //              evaluation; checkpoint.output_dir/checkpoint-step-N/: an HF snapshot (config.json,
@@ -15,9 +19,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "model/causal_lm.h"
 #include "src/train/config.h"
+#include "src/train/metrics.h"
+#include "src/train/train_state.h"
 
 namespace vlm::train {
 
@@ -31,6 +39,47 @@ struct TrainSummary {
   std::string final_checkpoint; // folder of the last checkpoint written
 };
 
+class Trainer {
+public:
+  // Builds everything and checks what can fail early (device, tokenizer, data, val split).
+  explicit Trainer(const TrainConfig& config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step (its micro-batches, the update, metrics and progress), then the
+  // evaluation and the checkpoint when they are due. Returns the step's record.
+  StepRecord train_step();
+  bool done() const;
+  // train_step() until total_steps, then the summary line.
+  TrainSummary run();
+
+  // The token-mean loss over the val split's first eval_batches micro-batches (logged).
+  double evaluate();
+  // An HF snapshot of the model in checkpoint.output_dir/checkpoint-step-N.
+  void save_checkpoint();
+
+  TrainState& state() { return state_; }
+  const model::CausalLM& model() const { return *model_; }
+  const TrainSummary& summary() const { return summary_; }
+
+private:
+  struct Data;
+
+  TrainConfig config_;
+  std::shared_ptr<model::CausalLM> model_;
+  std::unique_ptr<Data> data_;
+  std::unique_ptr<TrainStepper> stepper_;
+  TrainState state_;
+  std::unique_ptr<MetricsLog> metrics_;
+  ProgressWindow window_;
+  TrainSummary summary_;
+  double peak_tflops_ = 0;
+  double start_seconds_ = 0, train_start_seconds_ = 0; // steady-clock seconds
+  int64_t first_step_ = 0;                             // the step this process started at
+};
+
+// Trainer(config).run().
 TrainSummary run_training(const TrainConfig& config);
 
 } // namespace vlm::train

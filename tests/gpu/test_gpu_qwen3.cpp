@@ -36,7 +36,9 @@
 
 #include "io/safetensors.h"
 #include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/lm_loss.h"
+#include "model/model_spec.h"
+#include "parallel/activation_checkpointing.h"
 #include "src/core/allocator.h"
 #include "src/core/ops.h"
 #include "src/train/cmd_dump.h"
@@ -45,7 +47,7 @@
 #include "tests/temp_dir.h"
 
 using namespace vlm;
-using vlm::model::ActivationCheckpointing;
+using vlm::parallel::AcMode;
 using vlm::testing::Golden;
 using vlm::testing::gpu;
 using vlm::testing::kGoldenF32Tol;
@@ -65,7 +67,7 @@ using TensorMap = std::map<std::string, Tensor>;
 
 // `vlmtrain dump` of one golden case on `device`: logits, loss and (with grads) every gradient.
 TensorMap dump(const std::string& variant, const std::string& batch, DType dtype, bool grads,
-               Device device, ActivationCheckpointing ac = ActivationCheckpointing::off) {
+               Device device, parallel::AcMode ac = parallel::AcMode::off) {
   return dump_golden_case(variant, batch, dtype, grads, ac, device);
 }
 
@@ -147,22 +149,17 @@ bool same_dump(const TensorMap& a, const TensorMap& b) {
   return true;
 }
 
-std::shared_ptr<model::Qwen3ForCausalLM> load_model(const std::string& variant, DType dtype,
-                                                    Device device) {
-  const std::string dir = data("qwen3_tiny_" + variant);
-  auto m = std::make_shared<model::Qwen3ForCausalLM>(model::Qwen3Config::load(dir), dtype);
-  model::load_hf_weights(*m, dir);
+std::shared_ptr<model::CausalLM> load_model(const std::string& variant, DType dtype,
+                                            Device device) {
+  auto m = model::load_pretrained(data("qwen3_tiny_" + variant), dtype);
   m->to(device);
   return m;
 }
 
 // loss_sum and every parameter gradient (as CPU tensors) of one forward + backward.
-TensorMap loss_and_grads(model::Qwen3ForCausalLM& m, const model::TextBatch& b,
-                         int64_t vocab_chunk) {
-  model::ForwardOptions fo;
-  fo.loss_vocab_chunk = vocab_chunk;
+TensorMap loss_and_grads(model::CausalLM& m, const model::Batch& b, int64_t vocab_chunk) {
   m.zero_grad();
-  Tensor loss = m.loss_sum(b, fo);
+  Tensor loss = model::lm_loss(m, b, Reduction::sum, model::LossOptions{vocab_chunk});
   CHECK(loss.device() == kGpu);
   loss.backward();
   TensorMap out;
@@ -178,7 +175,7 @@ TensorMap loss_and_grads(model::Qwen3ForCausalLM& m, const model::TextBatch& b,
 }
 
 // A batch of `docs` documents of random lengths (1..max_len), i64 or i32, ~1/4 of targets ignored.
-model::TextBatch random_batch(Rng& rng, int64_t docs, int64_t max_len, DType index_dtype) {
+model::Batch random_batch(Rng& rng, int64_t docs, int64_t max_len, DType index_dtype) {
   std::vector<int64_t> ids, targets, positions;
   std::vector<int32_t> cu = {0};
   for (int64_t d = 0; d < docs; d++) {
@@ -191,7 +188,7 @@ model::TextBatch random_batch(Rng& rng, int64_t docs, int64_t max_len, DType ind
     cu.push_back(int32_t(ids.size()));
   }
   const int64_t T = int64_t(ids.size());
-  model::TextBatch b;
+  model::Batch b;
   b.input_ids = Tensor::from_vector(ids, {T}).to(index_dtype);
   b.targets = Tensor::from_vector(targets, {T}).to(index_dtype);
   b.position_ids = Tensor::from_vector(positions, {T}).to(index_dtype);
@@ -200,7 +197,7 @@ model::TextBatch random_batch(Rng& rng, int64_t docs, int64_t max_len, DType ind
 }
 
 // Checks a batch moved by to_device against the CPU batch it came from.
-void check_moved(const model::TextBatch& got, const model::TextBatch& src, bool has_targets) {
+void check_moved(const model::Batch& got, const model::Batch& src, bool has_targets) {
   CHECK(got.input_ids.device() == kGpu);
   CHECK(got.position_ids.device() == kGpu);
   CHECK(got.input_ids.dtype() == DType::i64);
@@ -283,8 +280,8 @@ TEST_CASE("gpu qwen3: activation checkpointing full and selective on CUDA are bi
     INFO(c.variant << " " << dtype_name(c.dtype));
     // The dump writes f32; bf16 values convert to f32 exactly, so equal files are equal bits.
     const TensorMap off = dump(c.variant, "packed", c.dtype, true, kGpu);
-    for (auto ac : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
-      INFO("ac " << model::activation_checkpointing_name(ac));
+    for (auto ac : {parallel::AcMode::full, parallel::AcMode::selective}) {
+      INFO("ac " << parallel::ac_mode_name(ac));
       CHECK(same_dump(dump(c.variant, "packed", c.dtype, true, kGpu, ac), off));
     }
   }
@@ -293,11 +290,11 @@ TEST_CASE("gpu qwen3: activation checkpointing full and selective on CUDA are bi
 TEST_CASE("gpu qwen3: loss_vocab_chunk on CUDA gives the unchunked loss sum and gradients",
           "[gpu]") {
   require_device();
-  const model::TextBatch batch =
-      model::to_device(train::read_text_batch(data("qwen3_tiny_batches/packed.safetensors")), kGpu);
+  const model::Batch batch = model::to_device(
+      train::read_batch_file(data("qwen3_tiny_batches/packed.safetensors"), false), kGpu);
   for (const char* variant : {"untied", "tied"}) {
     auto m = load_model(variant, DType::f32, kGpu);
-    REQUIRE(m->config().vocab_size == 512);
+    REQUIRE(m->vocab_size() == 512);
     const TensorMap whole = loss_and_grads(*m, batch, 0);
     for (int64_t chunk : {64, 100}) { // 8 equal chunks; 5 of 100 rows and one of 12
       INFO(variant << " chunk " << chunk);
@@ -327,16 +324,16 @@ TEST_CASE("gpu qwen3: to_device moves ids, targets and positions, cu_seqlens sta
   Rng rng(5);
   for (DType dt : {DType::i64, DType::i32}) {
     INFO(dtype_name(dt));
-    const model::TextBatch src = random_batch(rng, 3, 40, dt);
+    const model::Batch src = random_batch(rng, 3, 40, dt);
     check_moved(model::to_device(src, kGpu), src, true);
   }
-  const model::TextBatch golden =
-      train::read_text_batch(data("qwen3_tiny_batches/packed.safetensors"));
-  const model::TextBatch moved = model::to_device(golden, kGpu);
+  const model::Batch golden =
+      train::read_batch_file(data("qwen3_tiny_batches/packed.safetensors"), false);
+  const model::Batch moved = model::to_device(golden, kGpu);
   check_moved(moved, golden, true);
   CHECK(model::count_targets(moved) == model::count_targets(golden));
   // Back to the CPU: the same values, nothing left on the device.
-  const model::TextBatch back = model::to_device(moved, Device::cpu());
+  const model::Batch back = model::to_device(moved, Device::cpu());
   CHECK(back.input_ids.device().is_cpu());
   CHECK(back.targets.device().is_cpu());
   CHECK(back.input_ids.to_doubles() == golden.input_ids.to_doubles());
@@ -345,7 +342,7 @@ TEST_CASE("gpu qwen3: to_device moves ids, targets and positions, cu_seqlens sta
   // A batch without targets (forward only): two staging rows instead of three.
   for (DType dt : {DType::i64, DType::i32}) {
     INFO(dtype_name(dt) << " without targets");
-    model::TextBatch src = random_batch(rng, 2, 30, dt);
+    model::Batch src = random_batch(rng, 2, 30, dt);
     src.targets = Tensor();
     check_moved(model::to_device(src, kGpu), src, false);
   }
@@ -357,7 +354,7 @@ TEST_CASE("gpu qwen3: consecutive to_device calls never overwrite a staging bloc
   Rng rng(17);
   const size_t pinned_allocs = pinned_host_allocator().stats().num_allocs;
   Tensor busy_a = Tensor::randn({4096, 4096}, rng, DType::f32, 1.0 / 64).to(kGpu);
-  std::vector<model::TextBatch> sources, moved;
+  std::vector<model::Batch> sources, moved;
   auto move_many = [&](int n) {
     for (int i = 0; i < n; i++) {
       // Lengths from a few tokens to several 4 KiB staging classes, so blocks of one size class

@@ -36,7 +36,8 @@
 #include "io/demo_dataset.h"
 #include "io/safetensors.h"
 #include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/lm_loss.h"
+#include "model/model_spec.h"
 #include "src/train/config.h"
 #include "src/train/train_step.h"
 #include "src/train/trainer.h"
@@ -45,7 +46,7 @@
 #include "tests/train/loop_fixture.h"
 
 using namespace vlm;
-using vlm::model::TextBatch;
+using vlm::model::Batch;
 using vlm::testing::gpu;
 using vlm::testing::kGpu;
 using vlm::testing::kLoopGolden;
@@ -64,11 +65,11 @@ constexpr int kLoopBf16NormSteps = 5;
 constexpr double kDemoTol = 1e-4;
 constexpr double kDemoWeightTol = 1e-3;
 
-std::shared_ptr<model::Qwen3ForCausalLM> tiny_model(DType dtype, Device device) {
+std::shared_ptr<model::CausalLM> tiny_model(DType dtype, Device device) {
   return testing::loop_model(dtype, device);
 }
 
-TextBatch micro_batch(const io::SafetensorsFile& f, int i, Device device) {
+Batch micro_batch(const io::SafetensorsFile& f, int i, Device device) {
   return testing::loop_micro_batch(f, i, device);
 }
 
@@ -237,11 +238,7 @@ TEST_CASE("gpu trainer: the demo config on CUDA matches the CPU run and its chec
   REQUIRE(fs::path(gpu_sum.final_checkpoint).filename() == "checkpoint-step-30");
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
     CHECK(fs::exists(fs::path(gpu_sum.final_checkpoint) / f));
-  auto load = [](const std::string& dir) {
-    auto m = std::make_shared<model::Qwen3ForCausalLM>(model::Qwen3Config::load(dir), DType::f32);
-    model::load_hf_weights(*m, dir);
-    return m;
-  };
+  auto load = [](const std::string& dir) { return model::load_pretrained(dir, DType::f32); };
   auto from_gpu = load(gpu_sum.final_checkpoint), from_cpu = load(cpu_sum.final_checkpoint);
   const auto gp = from_gpu->named_parameters(), cp = from_cpu->named_parameters();
   REQUIRE(gp.size() == cp.size());

@@ -31,7 +31,7 @@ inline std::string data(const std::string& rel) {
 // parameter gradient, as CPU tensors. Checks that the output says it ran on `device`.
 inline std::map<std::string, Tensor> dump_golden_case(const std::string& variant,
                                                       const std::string& batch, DType dtype,
-                                                      bool grads, model::ActivationCheckpointing ac,
+                                                      bool grads, parallel::AcMode ac,
                                                       Device device) {
   TempDir tmp("qwen3_dump");
   train::DumpOptions o;

@@ -11,7 +11,8 @@
 
 #include "io/safetensors.h"
 #include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/lm_loss.h"
+#include "model/qwen3/model.h"
 #include "src/core/ops.h"
 #include "tests/temp_dir.h"
 
@@ -25,18 +26,18 @@ std::string snapshot(const std::string& variant) {
   return std::string(VLM_SOURCE_DIR) + "/tests/data/qwen3_tiny_" + variant;
 }
 
-TextBatch small_batch() {
+Batch small_batch() {
   std::vector<int64_t> ids = {3, 17, 400, 8, 99, 250, 1, 511, 42, 7};
   std::vector<int64_t> labels = {-100, 17, 400, 8, -100, 250, 1, 511, 42, 7};
   std::vector<int64_t> pos = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5};
-  return text_batch_from_labels(Tensor::from_vector(ids, {10}), Tensor::from_vector(labels, {10}),
-                                Tensor::from_vector(pos, {10}),
-                                Tensor::from_vector(std::vector<int32_t>{0, 4, 10}, {3}));
+  return batch_from_labels(Tensor::from_vector(ids, {10}), Tensor::from_vector(labels, {10}),
+                           Tensor::from_vector(pos, {10}),
+                           Tensor::from_vector(std::vector<int32_t>{0, 4, 10}, {3}));
 }
 
 std::vector<double> logits_of(const Qwen3ForCausalLM& m) {
   NoGradGuard no_grad;
-  return m.logits(small_batch()).to_doubles();
+  return lm_logits(m, small_batch()).to_doubles();
 }
 
 // A copy of the golden snapshot whose model.safetensors is rewritten by `edit` (name -> tensor).
@@ -85,7 +86,7 @@ TEST_CASE("hf weights: export round trip gives bit-identical logits (f32, untied
     tmp.write("tok/tokenizer.json", "{\"model\": {}}");
     tmp.write("tok/merges.txt", "a b\n");
     tmp.write("tok/unrelated.txt", "x");
-    save_hf_snapshot(a, c, tmp.file("export"), DType::f32, tmp.file("tok"));
+    save_hf_snapshot(a, c.to_json(), tmp.file("export"), DType::f32, tmp.file("tok"));
     CHECK(fs::exists(tmp.file("export/config.json")));
     CHECK(fs::exists(tmp.file("export/model.safetensors")));
     CHECK(fs::exists(tmp.file("export/tokenizer.json")));
@@ -110,7 +111,7 @@ TEST_CASE("hf weights: bf16 export of a bf16 model reloads bit-identically; f32 
   Qwen3ForCausalLM a(c, DType::bf16);
   load_hf_weights(a, snapshot("untied")); // f32 file -> bf16 parameters
   CHECK(a.find_parameter("model.norm.weight").dtype() == DType::bf16);
-  save_hf_snapshot(a, c, tmp.file("export"), DType::bf16, "");
+  save_hf_snapshot(a, c.to_json(), tmp.file("export"), DType::bf16, "");
   io::SafetensorsFile f(tmp.file("export/model.safetensors"));
   CHECK(f.get("model.embed_tokens.weight").dtype == DType::bf16);
   nlohmann::json j = nlohmann::json::parse(std::ifstream(tmp.file("export/config.json")));
@@ -132,7 +133,7 @@ TEST_CASE("hf weights: a 2-shard snapshot with an index saves and loads") {
   load_hf_weights(a, snapshot("untied"));
   // Shards fill in parameter order: all but the last tensor (lm_head) fit into the first one.
   const int64_t total = a.num_parameters() * 4, head = c.vocab_size * c.hidden_size * 4;
-  save_hf_snapshot(a, c, tmp.file("sharded"), DType::f32, "", total - head);
+  save_hf_snapshot(a, c.to_json(), tmp.file("sharded"), DType::f32, "", total - head);
   CHECK_FALSE(fs::exists(tmp.file("sharded/model.safetensors")));
   CHECK(fs::exists(tmp.file("sharded/model-00001-of-00002.safetensors")));
   CHECK(fs::exists(tmp.file("sharded/model-00002-of-00002.safetensors")));
@@ -160,14 +161,16 @@ TEST_CASE("hf weights: saving over an existing snapshot replaces it atomically")
   a.init_weights(rng);
   fs::create_directories(tmp.file("out"));
   tmp.write("out/stale.txt", "old");
-  save_hf_snapshot(a, c, tmp.file("out") + "/", DType::f32, "");
+  save_hf_snapshot(a, c.to_json(), tmp.file("out") + "/", DType::f32, "");
   CHECK(fs::exists(tmp.file("out/model.safetensors")));
   CHECK_FALSE(fs::exists(tmp.file("out/stale.txt")));
   CHECK_FALSE(fs::exists(tmp.file("out.old")));
   CHECK_FALSE(fs::exists(tmp.file("out.tmp")));
-  CHECK_THROWS_WITH(save_hf_snapshot(a, c, tmp.file("x"), DType::f32, tmp.file("no_such_dir")),
-                    Catch::Contains("no_such_dir"));
-  CHECK_THROWS_WITH(save_hf_snapshot(a, c, tmp.file("x"), DType::i32, ""), Catch::Contains("i32"));
+  CHECK_THROWS_WITH(
+      save_hf_snapshot(a, c.to_json(), tmp.file("x"), DType::f32, tmp.file("no_such_dir")),
+      Catch::Contains("no_such_dir"));
+  CHECK_THROWS_WITH(save_hf_snapshot(a, c.to_json(), tmp.file("x"), DType::i32, ""),
+                    Catch::Contains("i32"));
 }
 
 TEST_CASE("hf weights: loading errors name every missing, unexpected and mis-shaped tensor") {

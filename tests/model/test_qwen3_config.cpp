@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/flops.h"
-#include "model/qwen3_config.h"
+#include "model/qwen3/config.h"
+#include "model/qwen3/flops.h"
 #include "src/base/check.h"
 #include "tests/temp_dir.h"
 

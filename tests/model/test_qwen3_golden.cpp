@@ -18,7 +18,8 @@
 #include <string>
 
 #include "io/safetensors.h"
-#include "model/qwen3.h"
+#include "model/lm_loss.h"
+#include "model/qwen3/model.h"
 #include "src/train/cmd_dump.h"
 #include "tests/golden/golden.h"
 #include "tests/model/qwen3_golden_cases.h"
@@ -40,7 +41,7 @@ struct Errors {
 
 // Runs `vlmtrain dump` on one golden case and compares with the golden tensors.
 Errors run_case(const std::string& variant, const std::string& batch, DType dtype, bool grads,
-                model::ActivationCheckpointing ac = model::ActivationCheckpointing::off) {
+                parallel::AcMode ac = parallel::AcMode::off) {
   auto got = dump_golden_case(variant, batch, dtype, grads, ac, Device::cpu());
 
   const Golden g("qwen3_tiny");
@@ -69,8 +70,8 @@ Errors run_case(const std::string& variant, const std::string& batch, DType dtyp
     CHECK(golden_grads == (variant == "tied" ? 24u : 25u));
   }
   std::printf("golden %s %s %s: logits %.2e, loss %.2e, worst grad %.2e (%s)\n", c.c_str(),
-              dtype_name(dtype), model::activation_checkpointing_name(ac), e.logits, e.loss,
-              e.worst_grad, e.worst_grad_name.c_str());
+              dtype_name(dtype), parallel::ac_mode_name(ac), e.logits, e.loss, e.worst_grad,
+              e.worst_grad_name.c_str());
   return e;
 }
 
@@ -100,8 +101,7 @@ TEST_CASE("qwen3 golden: single sequence of 37 tokens ([1, T] batch), untied and
 }
 
 TEST_CASE("qwen3 golden: activation checkpointing full and selective match transformers too") {
-  for (auto ac :
-       {model::ActivationCheckpointing::full, model::ActivationCheckpointing::selective}) {
+  for (auto ac : {parallel::AcMode::full, parallel::AcMode::selective}) {
     Errors e = run_case("untied", "packed", DType::f32, true, ac);
     CHECK(e.logits <= kGoldenF32Tol);
     CHECK(e.loss <= kLossTol);
@@ -127,7 +127,7 @@ TEST_CASE("qwen3 golden: a batch file without a required key names the file and 
                                                     {"labels", DType::i64, {3}, ids.data(), 24},
                                                     {"cu_seqlens", DType::i32, {2}, cu.data(), 8}});
   try {
-    train::read_text_batch(tmp.file("b.safetensors"));
+    train::read_batch_file(tmp.file("b.safetensors"), false);
     FAIL("expected an error");
   } catch (const Error& e) {
     std::string msg = e.what();

@@ -11,12 +11,15 @@
 
 #include "io/packing.h"
 #include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/lm_loss.h"
+#include "model/qwen3/model.h"
+#include "parallel/activation_checkpointing.h"
 #include "src/core/ops.h"
 #include "tests/golden/golden.h"
 
 using namespace vlm;
 using namespace vlm::model;
+using vlm::parallel::AcMode;
 using vlm::testing::rel_error;
 
 namespace {
@@ -27,7 +30,7 @@ std::string snapshot(const std::string& variant) {
 
 // Random token ids, HF-aligned labels (-100 on each document's first token and a few more) and
 // per-document positions for the given document lengths.
-TextBatch random_batch(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed) {
+Batch random_batch(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed) {
   Rng rng(seed);
   std::vector<int64_t> ids, labels, pos;
   std::vector<int32_t> cu{0};
@@ -40,14 +43,14 @@ TextBatch random_batch(const std::vector<int64_t>& lengths, int64_t vocab, uint6
     cu.push_back(cu.back() + int32_t(len));
   }
   const int64_t T = int64_t(ids.size());
-  return text_batch_from_labels(Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
-                                Tensor::from_vector(pos, {T}),
-                                Tensor::from_vector(cu, {int64_t(cu.size())}));
+  return batch_from_labels(Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
+                           Tensor::from_vector(pos, {T}),
+                           Tensor::from_vector(cu, {int64_t(cu.size())}));
 }
 
 // Tokens [begin, end) of a batch as a batch of its own (one document).
-TextBatch sub_batch(const TextBatch& b, int64_t begin, int64_t end) {
-  TextBatch s;
+Batch sub_batch(const Batch& b, int64_t begin, int64_t end) {
+  Batch s;
   s.input_ids = slice(b.input_ids, 0, begin, end).contiguous();
   s.targets = slice(b.targets, 0, begin, end).contiguous();
   s.position_ids = slice(b.position_ids, 0, begin, end).contiguous();
@@ -60,11 +63,28 @@ struct LossAndGrads {
   std::vector<std::vector<double>> grads;
 };
 
-LossAndGrads loss_and_grads(Qwen3ForCausalLM& m, const TextBatch& b, ActivationCheckpointing ac) {
+// Activation checkpointing applied to a model's blocks for one scope, then taken off again.
+struct AcScope {
+  std::vector<nn::Module*> blocks;
+  std::vector<size_t> handles;
+  AcScope(CausalLM& m, AcMode mode)
+      : blocks(m.blocks()), handles(parallel::apply_activation_checkpointing(blocks, mode)) {}
+  ~AcScope() {
+    for (size_t i = 0; i < handles.size(); i++) blocks[i]->remove_forward_hook(handles[i]);
+  }
+};
+
+Tensor mean_loss(const CausalLM& m, const Batch& b, int64_t vocab_chunk = 0) {
+  return lm_loss(m, b, Reduction::mean, LossOptions{vocab_chunk});
+}
+Tensor loss_sum(const CausalLM& m, const Batch& b, int64_t vocab_chunk = 0) {
+  return lm_loss(m, b, Reduction::sum, LossOptions{vocab_chunk});
+}
+
+LossAndGrads loss_and_grads(Qwen3ForCausalLM& m, const Batch& b, AcMode ac) {
   m.zero_grad();
-  ForwardOptions o;
-  o.ac = ac;
-  Tensor loss = m.loss(b, o);
+  AcScope scope(m, ac);
+  Tensor loss = mean_loss(m, b);
   loss.backward();
   LossAndGrads r;
   r.loss = loss.item();
@@ -99,8 +119,8 @@ TEST_CASE("qwen3 model: HF parameter names, shapes and counts, untied and tied")
     CHECK(m.find_parameter("model.layers.1.self_attn.o_proj.weight").shape() == Shape{64, 128});
     CHECK(m.find_parameter("model.layers.0.self_attn.k_norm.weight").shape() == Shape{32});
     CHECK(m.num_parameters() == c.num_parameters());
-    CHECK(m.lm_head_weight().same(tie ? m.find_parameter("model.embed_tokens.weight")
-                                      : m.find_parameter("lm_head.weight")));
+    CHECK(m.head_weight().same(tie ? m.find_parameter("model.embed_tokens.weight")
+                                   : m.find_parameter("lm_head.weight")));
   }
   // attention_bias adds q/k/v/o biases.
   Qwen3Config c = tiny_qwen3_config();
@@ -128,7 +148,7 @@ TEST_CASE("qwen3 model: HF initialisation (normal(0, initializer_range), norms 1
     for (double x : v) sum += x, sq += x * x;
     const double mean = sum / double(v.size()),
                  std = std::sqrt(sq / double(v.size()) - mean * mean);
-    switch (qwen3_param_kind(p.name)) {
+    switch (param_kind_by_name(p.name)) {
     case ParamKind::norm: CHECK((mean == 1.0 && std == 0.0)); break;
     case ParamKind::bias: CHECK((mean == 0.0 && std == 0.0)); break;
     default: CHECK(std::abs(mean) < 0.01); CHECK(std == Approx(0.05).epsilon(0.05));
@@ -140,9 +160,9 @@ TEST_CASE("qwen3 model: labels to next-token targets as io::next_token_targets")
   std::vector<int32_t> labels = {-100, 5, 6, -100, -100, 9, 10, 11};
   std::vector<int64_t> ids = {4, 5, 6, 7, 8, 9, 10, 11};
   std::vector<int64_t> pos = {0, 1, 2, 0, 1, 2, 3, 4};
-  TextBatch b = text_batch_from_labels(
-      Tensor::from_vector(ids, {1, 8}), Tensor::from_vector(labels, {1, 8}),
-      Tensor::from_vector(pos, {1, 8}), Tensor::from_vector(std::vector<int64_t>{0, 3, 8}, {3}));
+  Batch b = batch_from_labels(Tensor::from_vector(ids, {1, 8}), Tensor::from_vector(labels, {1, 8}),
+                              Tensor::from_vector(pos, {1, 8}),
+                              Tensor::from_vector(std::vector<int64_t>{0, 3, 8}, {3}));
   auto expected = io::next_token_targets(labels);
   auto got = b.targets.to_doubles();
   REQUIRE(got.size() == expected.size());
@@ -151,10 +171,10 @@ TEST_CASE("qwen3 model: labels to next-token targets as io::next_token_targets")
   CHECK(b.input_ids.dtype() == DType::i64);
   CHECK(b.cu_seqlens.dtype() == DType::i32);
   CHECK(count_targets(b) == 5);
-  CHECK_THROWS_WITH(text_batch_from_labels(Tensor::from_vector(ids, {8}),
-                                           Tensor::from_vector(labels, {1, 8}),
-                                           Tensor::from_vector(pos, {2, 4}),
-                                           Tensor::from_vector(std::vector<int32_t>{0, 8}, {2})),
+  CHECK_THROWS_WITH(batch_from_labels(Tensor::from_vector(ids, {8}),
+                                      Tensor::from_vector(labels, {1, 8}),
+                                      Tensor::from_vector(pos, {2, 4}),
+                                      Tensor::from_vector(std::vector<int32_t>{0, 8}, {2})),
                     Catch::Contains("position_ids"));
 }
 
@@ -165,21 +185,21 @@ TEST_CASE("qwen3 model: a packed row equals its documents run separately") {
     Qwen3ForCausalLM m(c);
     load_hf_weights(m, snapshot(variant));
     const std::vector<int64_t> lengths = {5, 65, 63, 1};
-    TextBatch packed = random_batch(lengths, c.vocab_size, 3);
+    Batch packed = random_batch(lengths, c.vocab_size, 3);
     NoGradGuard no_grad;
-    double sum = m.loss_sum(packed).item(), separate_sum = 0;
+    double sum = loss_sum(m, packed).item(), separate_sum = 0;
     int64_t begin = 0;
     for (int64_t len : lengths) {
-      TextBatch doc = sub_batch(packed, begin, begin + len);
-      Tensor logits = m.logits(doc);
-      Tensor expected = slice(m.logits(packed), 0, begin, begin + len).contiguous();
+      Batch doc = sub_batch(packed, begin, begin + len);
+      Tensor logits = lm_logits(m, doc);
+      Tensor expected = slice(lm_logits(m, packed), 0, begin, begin + len).contiguous();
       CHECK(rel_error(logits, expected) <= 1e-6);
-      separate_sum += m.loss_sum(doc).item();
+      separate_sum += loss_sum(m, doc).item();
       begin += len;
     }
     CHECK(sum == Approx(separate_sum).epsilon(1e-6));
     const int64_t n = count_targets(packed);
-    CHECK(m.loss(packed).item() == Approx(sum / double(n)).epsilon(1e-6));
+    CHECK(mean_loss(m, packed).item() == Approx(sum / double(n)).epsilon(1e-6));
   }
 }
 
@@ -188,23 +208,23 @@ TEST_CASE("qwen3 model: loss reductions; nothing to predict gives 0 and zero gra
   Qwen3ForCausalLM m(c);
   Rng rng(3);
   m.init_weights(rng);
-  TextBatch b = random_batch({9, 4}, c.vocab_size, 5);
+  Batch b = random_batch({9, 4}, c.vocab_size, 5);
   std::vector<int64_t> none(13, -100);
   b.targets = Tensor::from_vector(none, {13});
-  Tensor loss = m.loss(b);
+  Tensor loss = mean_loss(m, b);
   CHECK(loss.item() == 0.0);
   loss.backward();
   for (const auto& p : m.named_parameters()) {
     INFO(p.name);
     for (double g : p.tensor.grad().to_doubles()) REQUIRE(g == 0.0);
   }
-  CHECK(m.loss_sum(b).item() == 0.0);
+  CHECK(loss_sum(m, b).item() == 0.0);
   // The output dtypes: logits and loss in f32 for a bf16 model.
   Qwen3ForCausalLM mb(c, DType::bf16);
   Rng rng2(3);
   mb.init_weights(rng2);
-  TextBatch b2 = random_batch({9, 4}, c.vocab_size, 5);
-  CausalLMOutput out = mb.forward(b2);
+  Batch b2 = random_batch({9, 4}, c.vocab_size, 5);
+  LMOutput out = lm_forward(mb, b2);
   CHECK(out.logits.dtype() == DType::f32);
   CHECK(out.logits.shape() == Shape{13, 512});
   CHECK(out.loss.dtype() == DType::f32);
@@ -224,13 +244,13 @@ TEST_CASE("qwen3 model: activation checkpointing full and selective are bit-iden
         if (bias) { // non-zero biases, so their use is checked too
           NoGradGuard no_grad;
           for (auto& p : m.named_parameters())
-            if (qwen3_param_kind(p.name) == ParamKind::bias)
+            if (param_kind_by_name(p.name) == ParamKind::bias)
               copy_(p.tensor, Tensor::randn(p.tensor.shape(), rng, dtype, 0.1));
         }
-        TextBatch b = random_batch({20, 17, 3}, c.vocab_size, 9);
-        LossAndGrads off = loss_and_grads(m, b, ActivationCheckpointing::off);
-        for (auto ac : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
-          INFO(activation_checkpointing_name(ac));
+        Batch b = random_batch({20, 17, 3}, c.vocab_size, 9);
+        LossAndGrads off = loss_and_grads(m, b, AcMode::off);
+        for (auto ac : {AcMode::full, AcMode::selective}) {
+          INFO(parallel::ac_mode_name(ac));
           LossAndGrads r = loss_and_grads(m, b, ac);
           CHECK(r.loss == off.loss);
           REQUIRE(r.grads.size() == off.grads.size());
@@ -239,8 +259,8 @@ TEST_CASE("qwen3 model: activation checkpointing full and selective are bit-iden
       }
     }
   }
-  CHECK(parse_activation_checkpointing("sac") == ActivationCheckpointing::selective);
-  CHECK_THROWS_WITH(parse_activation_checkpointing("some"), Catch::Contains("selective"));
+  CHECK(parallel::parse_ac_mode("sac") == AcMode::selective);
+  CHECK_THROWS_WITH(parallel::parse_ac_mode("some"), Catch::Contains("selective"));
 }
 
 TEST_CASE("qwen3 model: activation checkpointing keeps less memory between forward and backward") {
@@ -251,20 +271,18 @@ TEST_CASE("qwen3 model: activation checkpointing keeps less memory between forwa
   Qwen3ForCausalLM m(c);
   Rng rng(1);
   m.init_weights(rng);
-  TextBatch b = random_batch({200, 56}, c.vocab_size, 2);
-  auto held = [&](ActivationCheckpointing ac) {
+  Batch b = random_batch({200, 56}, c.vocab_size, 2);
+  auto held = [&](AcMode ac) {
     Allocator& alloc = allocator_for(Device::cpu());
+    AcScope scope(m, ac);
     const size_t before = alloc.stats().current_bytes;
-    ForwardOptions o;
-    o.ac = ac;
-    Tensor loss = m.loss(b, o);
+    Tensor loss = mean_loss(m, b);
     const size_t after = alloc.stats().current_bytes;
     loss.backward();
     m.zero_grad();
     return double(after - before);
   };
-  const double off = held(ActivationCheckpointing::off), full = held(ActivationCheckpointing::full),
-               sel = held(ActivationCheckpointing::selective);
+  const double off = held(AcMode::off), full = held(AcMode::full), sel = held(AcMode::selective);
   std::printf("bytes held after forward: off %.0f, selective %.0f, full %.0f\n", off, sel, full);
   CHECK(full < sel);
   CHECK(sel < off);
@@ -278,9 +296,9 @@ TEST_CASE("qwen3 model: finite differences of the whole model in f64") {
     Qwen3Config c = Qwen3Config::load(snapshot(variant));
     Qwen3ForCausalLM m(c, DType::f64);
     load_hf_weights(m, snapshot(variant));
-    TextBatch b = random_batch({7, 6}, c.vocab_size, 21);
+    Batch b = random_batch({7, 6}, c.vocab_size, 21);
     m.zero_grad();
-    Tensor loss = m.loss(b);
+    Tensor loss = mean_loss(m, b);
     REQUIRE(loss.dtype() == DType::f64);
     loss.backward();
     Rng pick(5);
@@ -304,9 +322,9 @@ TEST_CASE("qwen3 model: finite differences of the whole model in f64") {
         {
           NoGradGuard no_grad;
           data[k] = orig + eps;
-          fp = m.loss(b).item();
+          fp = mean_loss(m, b).item();
           data[k] = orig - eps;
-          fm = m.loss(b).item();
+          fm = mean_loss(m, b).item();
           data[k] = orig;
         }
         const double numeric = (fp - fm) / (2 * eps);
@@ -324,34 +342,37 @@ TEST_CASE("qwen3 model: bad batches are errors that name the tensor") {
   Qwen3ForCausalLM m(c);
   Rng rng(1);
   m.init_weights(rng);
-  TextBatch b = random_batch({4, 4}, c.vocab_size, 1);
-  TextBatch bad = b;
+  Batch b = random_batch({4, 4}, c.vocab_size, 1);
+  Batch bad = b;
   bad.position_ids = slice(b.position_ids, 0, 0, 7).contiguous();
-  CHECK_THROWS_WITH(m.logits(bad), Catch::Contains("position_ids"));
+  CHECK_THROWS_WITH(lm_logits(m, bad), Catch::Contains("position_ids"));
   bad = b;
   bad.input_ids = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 512}, {8});
-  CHECK_THROWS_WITH(m.logits(bad), Catch::Contains("512"));
+  CHECK_THROWS_WITH(lm_logits(m, bad), Catch::Contains("512"));
   bad = b;
   bad.cu_seqlens = Tensor::from_vector(std::vector<int32_t>{0, 4, 7}, {3});
-  CHECK_THROWS_WITH(m.logits(bad), Catch::Contains("cu_seqlens"));
+  CHECK_THROWS_WITH(lm_logits(m, bad), Catch::Contains("cu_seqlens"));
   CHECK_THROWS_WITH(Qwen3ForCausalLM(c, DType::f16), Catch::Contains("f16"));
 }
 
-TEST_CASE("qwen3 model: parameter kinds for weight-decay groups") {
-  CHECK(qwen3_param_kind("model.embed_tokens.weight") == ParamKind::embedding);
-  CHECK(qwen3_param_kind("model.layers.3.input_layernorm.weight") == ParamKind::norm);
-  CHECK(qwen3_param_kind("model.layers.3.post_attention_layernorm.weight") == ParamKind::norm);
-  CHECK(qwen3_param_kind("model.layers.3.self_attn.q_norm.weight") == ParamKind::norm);
-  CHECK(qwen3_param_kind("model.layers.3.self_attn.k_norm.weight") == ParamKind::norm);
-  CHECK(qwen3_param_kind("model.norm.weight") == ParamKind::norm);
-  CHECK(qwen3_param_kind("model.layers.3.self_attn.q_proj.bias") == ParamKind::bias);
-  CHECK(qwen3_param_kind("model.layers.3.self_attn.q_proj.weight") == ParamKind::weight);
-  CHECK(qwen3_param_kind("model.layers.3.mlp.down_proj.weight") == ParamKind::weight);
-  CHECK(qwen3_param_kind("lm_head.weight") == ParamKind::weight);
-  CHECK(is_no_decay_param("model.norm.weight"));
-  CHECK(is_no_decay_param("model.embed_tokens.weight"));
-  CHECK_FALSE(is_no_decay_param("lm_head.weight"));
-  CHECK_FALSE(is_no_decay_param("model.layers.0.mlp.up_proj.weight"));
+TEST_CASE("qwen3 model: parameter roles for the optimizer groups and weight decay") {
+  CHECK(param_kind_by_name("model.embed_tokens.weight") == ParamKind::embedding);
+  CHECK(param_kind_by_name("model.layers.3.input_layernorm.weight") == ParamKind::norm);
+  CHECK(param_kind_by_name("model.layers.3.post_attention_layernorm.weight") == ParamKind::norm);
+  CHECK(param_kind_by_name("model.layers.3.self_attn.q_norm.weight") == ParamKind::norm);
+  CHECK(param_kind_by_name("model.layers.3.self_attn.k_norm.weight") == ParamKind::norm);
+  CHECK(param_kind_by_name("model.norm.weight") == ParamKind::norm);
+  CHECK(param_kind_by_name("model.layers.3.self_attn.q_proj.bias") == ParamKind::bias);
+  CHECK(param_kind_by_name("model.layers.3.self_attn.q_proj.weight") == ParamKind::weight);
+  CHECK(param_kind_by_name("model.layers.3.mlp.down_proj.weight") == ParamKind::weight);
+  CHECK(param_kind_by_name("lm_head.weight") == ParamKind::weight);
+  // Every Qwen3 parameter belongs to the language model.
+  Qwen3ForCausalLM m(tiny_qwen3_config());
+  for (const auto& spec : m.parameter_specs()) {
+    INFO(spec.name);
+    CHECK(m.param_role(spec.name).group == ParamGroup::llm);
+    CHECK(m.param_role(spec.name).kind == param_kind_by_name(spec.name));
+  }
 }
 
 TEST_CASE("qwen3 model: the head fused with the loss in vocabulary chunks gives the same loss") {
@@ -365,12 +386,10 @@ TEST_CASE("qwen3 model: the head fused with the loss in vocabulary chunks gives 
       Qwen3ForCausalLM m(c, dt);
       Rng rng(11);
       m.init_weights(rng);
-      TextBatch b = random_batch({17, 30, 6}, c.vocab_size, 12);
+      Batch b = random_batch({17, 30, 6}, c.vocab_size, 12);
       auto run = [&](int64_t chunk) {
         m.zero_grad();
-        ForwardOptions o;
-        o.loss_vocab_chunk = chunk;
-        Tensor l = m.loss_sum(b, o);
+        Tensor l = loss_sum(m, b, chunk);
         l.backward();
         std::vector<Tensor> grads;
         for (const auto& p : m.named_parameters()) grads.push_back(p.tensor.grad().clone());
@@ -386,17 +405,15 @@ TEST_CASE("qwen3 model: the head fused with the loss in vocabulary chunks gives 
           CHECK(rel_error(got_grads[i], want_grads[i]) <= (dt == DType::f64 ? 1e-11 : 1e-4));
       }
       // The mean form too.
-      ForwardOptions o;
-      o.loss_vocab_chunk = 100;
-      CHECK(m.loss(b, o).item() ==
-            Approx(m.loss(b).item()).epsilon(dt == DType::f64 ? 1e-12 : 1e-6));
+      CHECK(mean_loss(m, b, 100).item() ==
+            Approx(mean_loss(m, b).item()).epsilon(dt == DType::f64 ? 1e-12 : 1e-6));
     }
   }
 }
 
 TEST_CASE("qwen3 model: to_device on the CPU keeps the values and counts the targets") {
-  TextBatch b = random_batch({9, 4}, 512, 5);
-  TextBatch d = to_device(b, Device::cpu());
+  Batch b = random_batch({9, 4}, 512, 5);
+  Batch d = to_device(b, Device::cpu());
   CHECK(d.input_ids.to_doubles() == b.input_ids.to_doubles());
   CHECK(d.targets.to_doubles() == b.targets.to_doubles());
   CHECK(d.position_ids.to_doubles() == b.position_ids.to_doubles());
@@ -405,12 +422,46 @@ TEST_CASE("qwen3 model: to_device on the CPU keeps the values and counts the tar
   CHECK(d.num_targets == count_targets(b));
   CHECK(d.num_targets > 0);
   // i32 inputs come out as i64; a batch without targets moves too.
-  TextBatch b32 = b;
+  Batch b32 = b;
   b32.input_ids = b.input_ids.to(DType::i32);
   b32.targets = Tensor();
-  TextBatch d32 = to_device(b32, Device::cpu());
+  Batch d32 = to_device(b32, Device::cpu());
   CHECK(d32.input_ids.dtype() == DType::i64);
   CHECK(d32.input_ids.to_doubles() == b.input_ids.to_doubles());
   CHECK_FALSE(d32.targets.defined());
   CHECK(d32.num_targets == 0);
+}
+
+TEST_CASE("qwen3 model: a decoder layer takes its head counts from its (sharded) weights") {
+  // Tensor parallelism gives each rank the rows of some heads of q/k/v and the matching columns
+  // of o: a layer holding such shards must run with the local head counts. Rank 0's shard of a
+  // 4-head layer (heads 0-1, KV head 0), swapped in with replace_parameter, gives exactly what a
+  // 2-head layer with the same weights gives.
+  Qwen3Config full = tiny_qwen3_config(); // Hq 4, Hkv 2, D 32
+  Qwen3Config half = full;
+  half.num_attention_heads = 2;
+  half.num_key_value_heads = 1;
+  Qwen3DecoderLayer sharded(full, DType::f64), small(half, DType::f64);
+  sharded.materialize();
+  small.materialize();
+  Rng rng(4);
+  sharded.initialize(rng);
+  NoGradGuard no_grad;
+  for (const auto& p : sharded.named_parameters()) {
+    Tensor local = p.tensor;
+    if (p.name.find("q_proj") != std::string::npos || p.name.find("k_proj") != std::string::npos ||
+        p.name.find("v_proj") != std::string::npos)
+      local = slice(p.tensor, 0, 0, p.tensor.size(0) / 2).contiguous();
+    else if (p.name.find("o_proj") != std::string::npos)
+      local = slice(p.tensor, 1, 0, p.tensor.size(1) / 2).contiguous();
+    if (!local.same(p.tensor)) sharded.replace_parameter(p.name, local.detach());
+    Tensor dst = small.find_parameter(p.name);
+    copy_(dst, local);
+  }
+  CHECK(sharded.find_parameter("self_attn.k_proj.weight").shape() == Shape{32, 64});
+  const Tensor x = Tensor::randn({9, 64}, rng, DType::f64);
+  const Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4}, {9});
+  const Tensor cu = Tensor::from_vector(std::vector<int32_t>{0, 4, 9}, {3});
+  const RopeTables rope_t = rope_tables(pos, full.head_dim, full.rope_theta, DType::f64);
+  CHECK(sharded.forward(x, cu, rope_t).to_doubles() == small.forward(x, cu, rope_t).to_doubles());
 }

@@ -298,3 +298,79 @@ TEST_CASE("module: Embedding and RMSNorm hold their weights and call the ops", "
   CHECK(norm35->forward(x).to_doubles() == rms_norm(x, norm->weight(), 1e-6).to_doubles());
   CHECK_THROWS_WITH(norm->forward(Tensor::zeros({2, 4})), Contains("(2, 4)"));
 }
+
+TEST_CASE("module: call runs pre-hooks, wrappers (first added innermost), post-hooks", "[nn]") {
+  Linear lin(2, 2, {.bias = false, .dtype = DType::f64});
+  lin.materialize();
+  {
+    NoGradGuard no_grad;
+    Tensor w = lin.weight();
+    copy_(w, Tensor::from_doubles({1, 0, 0, 1}, {2, 2}, DType::f64)); // identity
+  }
+  std::vector<std::string> order;
+  const size_t pre = lin.add_forward_pre_hook(
+      [&](const std::vector<Tensor>& in) { order.push_back("pre " + std::to_string(in.size())); });
+  const size_t w1 = lin.add_forward_wrapper([&](const Module::Forward& f, const auto& in) {
+    order.push_back("inner");
+    return f(in);
+  });
+  lin.add_forward_wrapper([&](const Module::Forward& f, const auto& in) {
+    order.push_back("outer");
+    auto out = f(in);
+    out[0] = affine(out[0], 2.0); // wrappers may change what the block returns
+    return out;
+  });
+  lin.add_forward_post_hook([&](const auto& in, const std::vector<Tensor>& out) {
+    order.push_back("post " + std::to_string(out[0].to_doubles()[0]));
+  });
+  const Tensor x = Tensor::from_doubles({3, 4}, {1, 2}, DType::f64);
+  auto y =
+      lin.call([&](const std::vector<Tensor>& in) { return std::vector{lin.forward(in[0])}; }, {x});
+  CHECK(y[0].to_doubles() == std::vector<double>{6, 8});
+  CHECK(order == std::vector<std::string>{"pre 1", "outer", "inner", "post 6.000000"});
+  CHECK(lin.num_forward_wrappers() == 2);
+  lin.remove_forward_hook(pre);
+  lin.remove_forward_hook(w1);
+  CHECK(lin.num_forward_wrappers() == 1);
+  CHECK_THROWS_WITH(lin.remove_forward_hook(pre), Contains("no such hook"));
+  order.clear();
+  lin.call([&](const std::vector<Tensor>& in) { return std::vector{lin.forward(in[0])}; }, {x});
+  CHECK(order == std::vector<std::string>{"outer", "post 6.000000"});
+}
+
+TEST_CASE("module: replace_parameter swaps a parameter's tensor everywhere it is registered",
+          "[nn]") {
+  // What FSDP does around a block: swap in a gathered copy before its forward, and the shard
+  // back after it (here: a parameter of another shape); ties stay one tensor.
+  Module m;
+  auto emb = m.register_module("embed", std::make_shared<Module>());
+  auto head = m.register_module("head", std::make_shared<Module>());
+  Tensor w = Tensor::zeros({3, 2});
+  emb->register_parameter("weight", w);
+  head->register_parameter("weight", w);
+  m.materialize();
+  Tensor shard = Tensor::ones({1, 2});
+  shard.set_requires_grad(true);
+  m.replace_parameter("embed.weight", shard);
+  CHECK(m.find_parameter("embed.weight").same(shard));
+  CHECK(head->param("weight").same(shard));
+  CHECK(emb->param("weight").same(shard));
+  CHECK(shard.name() == "embed.weight");
+  CHECK(names_of(m) == std::vector<std::string>{"embed.weight"});
+  CHECK_THROWS_WITH(m.replace_parameter("embed.wieght", shard), Contains("embed.weight"));
+  Module lazy;
+  lazy.declare_parameter("w", {2}, Init::zeros());
+  CHECK_THROWS_WITH(lazy.replace_parameter("w", shard), Contains("not materialized"));
+}
+
+TEST_CASE("module: to() keeps each parameter's gradient dtype", "[nn]") {
+  Linear lin(2, 2, {.bias = false, .dtype = DType::bf16});
+  lin.materialize();
+  Tensor w = lin.weight();
+  w.set_grad_dtype(DType::f32);
+  CHECK(lin.weight().grad_dtype() == DType::f32);
+  sum(lin.forward(Tensor::ones({1, 2}, DType::bf16))).backward();
+  CHECK(lin.weight().grad().dtype() == DType::f32); // bf16 parameter, fp32 gradient
+  lin.to(Device::cpu());
+  CHECK(lin.weight().grad_dtype() == DType::f32);
+}

@@ -8,8 +8,7 @@
 #include <string>
 
 #include "io/safetensors.h"
-#include "model/hf_weights.h"
-#include "model/qwen3.h"
+#include "model/model_spec.h"
 #include "src/train/config.h"
 #include "tests/golden/golden.h"
 
@@ -21,11 +20,9 @@ inline const std::string kLoopGolden =
     std::string(VLM_SOURCE_DIR) + "/tests/golden/train_loop.safetensors";
 
 // The snapshot's weights in `dtype`, on `device` (moved before a stepper takes the parameters).
-inline std::shared_ptr<model::Qwen3ForCausalLM> loop_model(DType dtype = DType::f32,
-                                                           Device device = Device::cpu()) {
-  auto m =
-      std::make_shared<model::Qwen3ForCausalLM>(model::Qwen3Config::load(kLoopSnapshot), dtype);
-  model::load_hf_weights(*m, kLoopSnapshot);
+inline std::shared_ptr<model::CausalLM> loop_model(DType dtype = DType::f32,
+                                                   Device device = Device::cpu()) {
+  auto m = model::load_pretrained(kLoopSnapshot, dtype);
   m->to(device);
   return m;
 }
@@ -49,10 +46,10 @@ inline train::TrainConfig loop_config(DType param_dtype = DType::f32) {
 }
 
 // Micro-batch i of the golden file ("mb<i>.*"), on `device`.
-inline model::TextBatch loop_micro_batch(const io::SafetensorsFile& f, int i,
-                                         Device device = Device::cpu()) {
+inline model::Batch loop_micro_batch(const io::SafetensorsFile& f, int i,
+                                     Device device = Device::cpu()) {
   const std::string p = "mb" + std::to_string(i) + ".";
-  return model::to_device(model::text_batch_from_labels(
+  return model::to_device(model::batch_from_labels(
                               read_tensor(f, p + "input_ids"), read_tensor(f, p + "labels"),
                               read_tensor(f, p + "position_ids"), read_tensor(f, p + "cu_seqlens")),
                           device);

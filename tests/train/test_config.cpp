@@ -412,6 +412,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   t.tpi_multiplier = 1.25;
   t.micro_batch_rows = 3;
   t.param_dtype = DType::f32;
+  t.grad_dtype = DType::bf16;
   t.ac_mode = AcMode::selective;
   t.loss_vocab_chunk = 4096;
   t.random_init = true;

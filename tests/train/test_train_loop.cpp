@@ -8,8 +8,6 @@
 #include <memory>
 
 #include "io/safetensors.h"
-#include "model/hf_weights.h"
-#include "model/qwen3.h"
 #include "src/train/train_step.h"
 #include "tests/error_of.h"
 #include "tests/golden/golden.h"
@@ -17,7 +15,7 @@
 
 using Catch::Matchers::Contains;
 using vlm::Tensor;
-using vlm::model::TextBatch;
+using vlm::model::Batch;
 using vlm::testing::error_of;
 using vlm::testing::kLoopGolden;
 using vlm::testing::loop_config;
@@ -27,9 +25,9 @@ using vlm::train::TrainStepper;
 
 namespace {
 
-std::shared_ptr<vlm::model::Qwen3ForCausalLM> tiny_model() { return vlm::testing::loop_model(); }
+std::shared_ptr<vlm::model::CausalLM> tiny_model() { return vlm::testing::loop_model(); }
 
-TextBatch micro_batch(const vlm::io::SafetensorsFile& f, int i) {
+Batch micro_batch(const vlm::io::SafetensorsFile& f, int i) {
   return vlm::testing::loop_micro_batch(f, i);
 }
 
@@ -62,7 +60,7 @@ TEST_CASE("train loop: 30 steps reproduce the PyTorch reference loop loss by los
 
 TEST_CASE("train loop: the step loss is the token mean whatever the micro-batch split") {
   vlm::io::SafetensorsFile golden(kLoopGolden);
-  TextBatch a = micro_batch(golden, 0), b = micro_batch(golden, 1);
+  Batch a = micro_batch(golden, 0), b = micro_batch(golden, 1);
   TrainConfig c = loop_config();
   TrainStepper split(c, tiny_model()), one(c, tiny_model());
   // The same tokens as one micro-batch: concatenated, cu_seqlens offset.
@@ -74,9 +72,11 @@ TEST_CASE("train loop: the step loss is the token mean whatever the micro-batch 
   };
   auto cu_a = a.cu_seqlens.to_doubles(), cu_b = b.cu_seqlens.to_doubles();
   for (size_t i = 1; i < cu_b.size(); i++) cu_a.push_back(cu_b[i] + double(ta));
-  TextBatch ab{cat(a.input_ids, b.input_ids), cat(a.targets, b.targets),
-               cat(a.position_ids, b.position_ids),
-               Tensor::from_doubles(cu_a, {int64_t(cu_a.size())}, vlm::DType::i32)};
+  Batch ab;
+  ab.input_ids = cat(a.input_ids, b.input_ids);
+  ab.targets = cat(a.targets, b.targets);
+  ab.position_ids = cat(a.position_ids, b.position_ids);
+  ab.cu_seqlens = Tensor::from_doubles(cu_a, {int64_t(cu_a.size())}, vlm::DType::i32);
   REQUIRE(ab.input_ids.numel() == ta + tb);
   auto s2 = split.step(0, {a, b});
   auto s1 = one.step(0, {ab});
@@ -87,7 +87,7 @@ TEST_CASE("train loop: the step loss is the token mean whatever the micro-batch 
 
 TEST_CASE("train loop: a non-finite loss aborts naming the step, or is skipped and counted") {
   vlm::io::SafetensorsFile golden(kLoopGolden);
-  auto poison = [](vlm::model::Qwen3ForCausalLM& m) {
+  auto poison = [](vlm::model::CausalLM& m) {
     for (auto& p : m.named_parameters())
       if (p.name == "model.norm.weight") p.tensor.data<float>()[3] = NAN;
   };
@@ -105,11 +105,11 @@ TEST_CASE("train loop: a non-finite loss aborts naming the step, or is skipped a
   auto m = tiny_model();
   TrainStepper stepper(c, m);
   poison(*m);
-  Tensor before = m->lm_head_weight().clone();
+  Tensor before = m->head_weight().clone();
   auto st = stepper.step(0, {micro_batch(golden, 0)});
   CHECK(st.skipped);
   CHECK(stepper.skipped_steps() == 1);
-  CHECK(vlm::testing::rel_error(m->lm_head_weight(), before) == 0); // no update
+  CHECK(vlm::testing::rel_error(m->head_weight(), before) == 0); // no update
   CHECK_THAT(error_of([&] { stepper.step(1, {micro_batch(golden, 1)}); }),
              Contains("max_skipped_steps"));
 }

@@ -19,6 +19,8 @@ using kernels::cpu::GemmShape;
 
 namespace {
 
+thread_local LinearInterceptor* t_linear_interceptor = nullptr;
+
 #if VLM_WITH_CUDA
 kernels::cuda::GemmType cuda_gemm_type(const char* op, const Tensor& t) {
   VLM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, op,
@@ -164,7 +166,18 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+LinearInterceptScope::LinearInterceptScope(LinearInterceptor* interceptor)
+    : previous_(t_linear_interceptor) {
+  t_linear_interceptor = interceptor;
+}
+
+LinearInterceptScope::~LinearInterceptScope() { t_linear_interceptor = previous_; }
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (LinearInterceptor* interceptor = t_linear_interceptor) {
+    LinearInterceptScope plain(nullptr);
+    return interceptor->linear(x, w, bias);
+  }
   check_float("linear", "x", x);
   check_float("linear", "w", w);
   check_same_dtype("linear", "x", x, "w", w);

@@ -13,4 +13,24 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 // recorded as linear's output: the returned tensor has linear()'s backward, no GEMM is run.
 Tensor linear_from_output(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 
+// Selective activation checkpointing (parallel/activation_checkpointing.h) reroutes linear() while
+// a checkpointed block runs: the interceptor installed on the current thread receives every
+// linear() call instead, with itself uninstalled while it runs (so it may call linear()).
+class LinearInterceptor {
+public:
+  virtual ~LinearInterceptor() = default;
+  virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
+};
+// Installs `interceptor` (nullptr: none) for the current thread until the scope ends.
+class LinearInterceptScope {
+public:
+  explicit LinearInterceptScope(LinearInterceptor* interceptor);
+  ~LinearInterceptScope();
+  LinearInterceptScope(const LinearInterceptScope&) = delete;
+  LinearInterceptScope& operator=(const LinearInterceptScope&) = delete;
+
+private:
+  LinearInterceptor* previous_;
+};
+
 } // namespace vlm

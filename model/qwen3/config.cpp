@@ -1,4 +1,4 @@
-#include "model/qwen3_config.h"
+#include "model/qwen3/config.h"
 
 #include <cmath>
 #include <filesystem>

@@ -1,0 +1,55 @@
+// Where a training state goes (DESIGN.md §7): named tensors and JSON documents, written and read
+// by key. The training state (src/train/train_state.h) knows only these interfaces; the parallel
+// HDF5 checkpoint implements them (a tensor per dataset, "/model/<hf name>", "/optim/...", and
+// "/state" JSON), and MemoryState here keeps everything in memory for tests and in-process
+// restarts. Keys are '/'-separated paths.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/core/tensor.h"
+
+namespace vlm::io {
+
+class StateWriter {
+public:
+  virtual ~StateWriter() = default;
+  // A copy of `value` (any device, contiguous or not) under `key`; a key is written once.
+  virtual void write_tensor(const std::string& key, const Tensor& value) = 0;
+  virtual void write_json(const std::string& key, const nlohmann::json& value) = 0;
+};
+
+class StateReader {
+public:
+  virtual ~StateReader() = default;
+  virtual bool has(const std::string& key) const = 0;
+  // Copies the tensor under `key` into `dst` (same shape and dtype, any device); a missing key or
+  // a shape/dtype mismatch is an error naming the key and both shapes.
+  virtual void read_tensor_into(const std::string& key, Tensor& dst) const = 0;
+  // A missing key is an error naming it.
+  virtual nlohmann::json read_json(const std::string& key) const = 0;
+};
+
+// Both sides in memory: tensors are copied to the CPU on write.
+class MemoryState final : public StateWriter, public StateReader {
+public:
+  void write_tensor(const std::string& key, const Tensor& value) override;
+  void write_json(const std::string& key, const nlohmann::json& value) override;
+  bool has(const std::string& key) const override;
+  void read_tensor_into(const std::string& key, Tensor& dst) const override;
+  nlohmann::json read_json(const std::string& key) const override;
+  // Every key, sorted (tensors and JSON documents together).
+  std::vector<std::string> keys() const;
+
+private:
+  void check_new(const std::string& key) const;
+
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, nlohmann::json> json_;
+};
+
+} // namespace vlm::io

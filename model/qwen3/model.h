@@ -1,0 +1,84 @@
+// Qwen3 dense text model (qwen-models.md §1) with transformers' parameter names, so HF
+// checkpoints load by name: model.embed_tokens.weight, model.layers.N.{input_layernorm,
+// self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, post_attention_layernorm,
+// mlp.{gate,up,down}_proj} .weight (+ .bias on q/k/v/o with attention_bias), model.norm.weight, and
+// lm_head.weight only when the head is not tied to the embeddings.
+//
+// Computation: every activation in the parameter dtype (f32, bf16 — real bf16 storage on CPU,
+// DESIGN.md §4 — or f64 for finite-difference tests), with HF's rounding points (RMSNorm rounds
+// x̂ before the weight product; RoPE tables rounded to the activation dtype). Batches are packed
+// (model/batch.h): attention causal within each document of cu_seqlens, position ids restarting
+// per document. The head and the loss are model/lm_loss.h's, as for every family.
+//
+// Life cycle (DESIGN.md §2): the constructor only declares parameters; then either
+// init_weights(rng) (HF initialisation) or load_hf_weights (model/hf_weights.h) allocates them.
+// Activation checkpointing and FSDP wrap the decoder layers from outside (parallel/): each layer
+// runs through nn::Module::call, and derives its head counts from its (possibly sharded) q/k/v
+// weights.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/causal_lm.h"
+#include "model/qwen3/config.h"
+#include "src/core/ops/rope.h"
+#include "src/nn/embedding.h"
+#include "src/nn/linear.h"
+#include "src/nn/rms_norm.h"
+
+namespace vlm::model {
+
+class Qwen3DecoderLayer : public nn::Module {
+public:
+  Qwen3DecoderLayer(const Qwen3Config& config, DType dtype);
+  std::string type_name() const override { return "Qwen3DecoderLayer"; }
+
+  // x: [T, H] -> [T, H].
+  Tensor forward(const Tensor& x, const Tensor& cu_seqlens, const RopeTables& rope) const;
+
+private:
+  int64_t head_dim_;
+  std::shared_ptr<nn::Linear> q_, k_, v_, o_, gate_, up_, down_;
+  std::shared_ptr<nn::RMSNorm> q_norm_, k_norm_, in_norm_, post_norm_;
+};
+
+class Qwen3ForCausalLM : public CausalLM {
+public:
+  // Declares every parameter in `param_dtype` (f32, bf16 or f64); validates the config.
+  explicit Qwen3ForCausalLM(const Qwen3Config& config, DType param_dtype = DType::f32);
+  std::string type_name() const override { return "Qwen3ForCausalLM"; }
+
+  const Qwen3Config& config() const { return config_; }
+  bool tied() const { return config_.tie_word_embeddings; }
+  const nn::Embedding& embed_tokens() const { return *embed_; }
+
+  // --- CausalLM ---------------------------------------------------------------------------------
+  std::string model_type() const override { return "qwen3"; }
+  DType param_dtype() const override { return dtype_; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  Tensor hidden_states(const Batch& batch) const override;
+  // lm_head.weight, or model.embed_tokens.weight when tied.
+  const Tensor& head_weight() const override;
+  // The decoder layers.
+  std::vector<nn::Module*> blocks() const override;
+  // Everything is the language model; kinds by param_kind_by_name.
+  ParamRole param_role(const std::string& name) const override;
+  nlohmann::json hf_config() const override { return config_.to_json(); }
+  TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens,
+                               int64_t num_real_docs = -1) const override;
+  std::string summary() const override { return config_.summary(); }
+
+private:
+  void check_batch(const Batch& batch) const;
+
+  Qwen3Config config_;
+  DType dtype_;
+  std::shared_ptr<nn::Embedding> embed_;
+  std::shared_ptr<nn::ModuleList> layers_;
+  std::shared_ptr<nn::RMSNorm> norm_;
+  std::shared_ptr<nn::Linear> lm_head_; // null when tied
+};
+
+} // namespace vlm::model

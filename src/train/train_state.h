@@ -1,0 +1,45 @@
+// TrainState: everything a run needs to continue exactly where it stopped (DESIGN.md §4.1, §7),
+// in one object, saved and loaded through io::StateWriter / io::StateReader (io/state_store.h;
+// the HDF5 checkpoint implements them). A run restored from the state of step k trains steps
+// k+1, ... bit-identically to the run that never stopped (CPU): the same parameters, AdamW
+// moments and fp32 masters, the same LR (the schedule is a function of the step), and the same
+// data (the loader resumes at the row after the last one trained on).
+//
+// Keys: model/<name> (each parameter), optim/<name>/{exp_avg, exp_avg_sq, master}, and the JSON
+// document "state": {step, tokens, padded_tokens, skipped_steps, rng, optimizer step counts, the
+// schedule it ran with, loader}.
+#pragma once
+
+#include <cstdint>
+
+#include "io/loader.h"
+#include "io/state_store.h"
+#include "model/causal_lm.h"
+#include "src/base/rng.h"
+#include "src/optim/adamw.h"
+#include "src/optim/lr_schedule.h"
+
+namespace vlm::train {
+
+struct TrainState {
+  int64_t step = 0;          // optimizer steps done
+  int64_t tokens = 0;        // real tokens trained on
+  int64_t padded_tokens = 0; // padding tokens of the rows trained on
+  int64_t skipped_steps = 0; // updates skipped for non-finite values (nan_policy = skip)
+  Rng rng;                   // the run's random stream (weight init; later sampling)
+
+  // Owned by the trainer; saved and loaded in place.
+  model::CausalLM* model = nullptr;
+  optim::AdamW* optimizer = nullptr;
+  const optim::LrSchedule* schedule = nullptr;
+  io::DataLoader* loader = nullptr;
+
+  void save(io::StateWriter& out) const;
+  // Overwrites the parameters, optimizer state and loader position of the objects above. A state
+  // of another LR schedule or data configuration is refused before anything changes; one of
+  // another model (a missing or mis-shaped tensor) is an error after which the objects are
+  // partly overwritten (build them anew).
+  void load(const io::StateReader& in);
+};
+
+} // namespace vlm::train
