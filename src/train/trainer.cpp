@@ -120,18 +120,17 @@ struct Trainer::Data {
   }
 };
 
-Trainer::Trainer(const TrainConfig& c) : config_(c) {
+Trainer::Trainer(const TrainConfig& c) : config_(c), device_(parse_device(c.training.device)) {
   check_supported(c);
   const TrainingOptions& t = c.training;
   start_seconds_ = now_seconds();
-  const Device device = parse_device(t.device);
-  check_device_available(device, "config: training.device");
+  check_device_available(device_, "config: training.device");
 
   data_ = std::make_unique<Data>(Data{io::Tokenizer::from_file(c.model.tokenizer), {}, {}});
   state_.rng = Rng(uint64_t(t.seed));
   model_ = build_model(c, data_->tokenizer, state_.rng);
-  model_->to(device); // initialized or loaded on the host (Module::to)
-  peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device);
+  model_->to(device_); // initialized or loaded on the host (Module::to)
+  peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
   stepper_ = std::make_unique<TrainStepper>(c, model_);
   data_->pattern = accumulation_pattern(t.tpi_multiplier);
   data_->train = std::make_unique<io::DataLoader>(
@@ -147,7 +146,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
 
   log_info("train: ", c.model.model_name.empty() ? model_->summary() : c.model.model_name, ", ",
            model_->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
-           t.total_steps, " steps on ", device.str(), " of ", c.data.seq_len, "-token rows x ",
+           t.total_steps, " steps on ", device_.str(), " of ", c.data.seq_len, "-token rows x ",
            t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
   train_start_seconds_ = now_seconds();
 }
@@ -161,12 +160,11 @@ StepRecord Trainer::train_step() {
   VLM_CHECK(!done(), "train: all ", t.total_steps, " steps are done");
   const int64_t step = state_.step;
   const double step_start = now_seconds();
-  const Device device = parse_device(t.device);
   const int micro = data_->pattern[size_t(step) % data_->pattern.size()];
   std::vector<model::Batch> batches;
   StepRecord rec;
   for (int m = 0; m < micro; m++) {
-    auto mb = next_micro_batch(*data_->train, t.micro_batch_rows, *model_, device);
+    auto mb = next_micro_batch(*data_->train, t.micro_batch_rows, *model_, device_);
     VLM_CHECK(mb, "train step ", step + 1, ": data.train_split '", config_.data.train_split,
               "' ended (data.epochs = ", config_.data.epochs,
               ") before training.total_steps = ", t.total_steps);
@@ -185,7 +183,7 @@ StepRecord Trainer::train_step() {
   const double now = now_seconds();
   rec.seconds = now - step_start;
   rec.elapsed = now - start_seconds_;
-  rec.peak_memory_bytes = int64_t(allocator_for(device).stats().peak_bytes);
+  rec.peak_memory_bytes = int64_t(allocator_for(device_).stats().peak_bytes);
   rec.peak_tflops = peak_tflops_;
   metrics_->write_step(rec);
   summary_.real_tokens += rec.real_tokens;
@@ -214,11 +212,10 @@ StepRecord Trainer::train_step() {
 
 double Trainer::evaluate() {
   const TrainingOptions& t = config_.training;
-  const Device device = parse_device(t.device);
   auto val = data_->open_val(config_);
   std::vector<model::Batch> batches;
   for (int64_t i = 0; t.eval_batches == 0 || i < t.eval_batches; i++) {
-    auto mb = next_micro_batch(*val, t.micro_batch_rows, *model_, device);
+    auto mb = next_micro_batch(*val, t.micro_batch_rows, *model_, device_);
     if (!mb) break;
     batches.push_back(std::move(mb->batch));
   }
@@ -251,7 +248,7 @@ TrainSummary Trainer::run() {
 
   const TrainSummary& s = summary_;
   const double train_s = now_seconds() - train_start_seconds_;
-  const MemoryStats mem = allocator_for(parse_device(config_.training.device)).stats();
+  const MemoryStats mem = allocator_for(device_).stats();
   std::printf("train done: %lld steps in %s, loss %.4f -> %.4f", (long long)s.steps,
               format_duration(s.seconds).c_str(), s.first_loss, s.last_loss);
   if (s.eval_loss >= 0)

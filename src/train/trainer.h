@@ -67,6 +67,7 @@ private:
   struct Data;
 
   TrainConfig config_;
+  Device device_;
   std::shared_ptr<model::CausalLM> model_;
   std::unique_ptr<Data> data_;
   std::unique_ptr<TrainStepper> stepper_;
