@@ -10,9 +10,6 @@
 
 namespace vlm::model {
 
-// The built-in families (model/registry.cpp).
-std::vector<ModelSpec> builtin_model_specs();
-
 namespace {
 
 struct Registry {

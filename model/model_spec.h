@@ -37,8 +37,10 @@ struct ModelSpec {
   std::map<std::string, std::function<nlohmann::json(const PresetOptions&)>> presets;
 };
 
-// Adds a family at run time (tests, plugins); the built-in ones are in model/registry.cpp. A
-// model_type or preset name registered twice is an error.
+// The built-in families, one line each (model/registry.cpp); registered on first use.
+std::vector<ModelSpec> builtin_model_specs();
+// Adds a family at run time (tests, plugins). A model_type or preset name registered twice is an
+// error.
 void register_model_spec(ModelSpec spec);
 // The spec of a model_type; unknown ones are an error that lists the registered types.
 const ModelSpec& model_spec(const std::string& model_type);
