@@ -69,6 +69,26 @@ install_into() {
   local arch
   arch=$(gcc -print-multiarch 2>/dev/null || true)
   [[ -n $arch ]] || arch="$(uname -m)-linux-gnu"
+  # Debian's pkgconf needs libpkgconf.so.3, which a machine without the package lacks: the
+  # command becomes a wrapper that hands the real binary the unpacked library (pkg-config and
+  # the triplet names are symlinks to it). Re-run safe: dpkg -x restores the binary each time.
+  mkdir -p "$prefix/usr/libexec/vlm"
+  mv -f "$prefix/usr/bin/pkgconf" "$prefix/usr/libexec/vlm/pkgconf"
+  cat >"$prefix/usr/bin/pkgconf" <<EOF
+#!/bin/sh
+# Written by tools/gpu_deps.sh: Debian's pkgconf with the libpkgconf.so.3 unpacked next to it.
+LD_LIBRARY_PATH="$prefix/usr/lib/$arch\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" \\
+  exec "$prefix/usr/libexec/vlm/pkgconf" "\$@"
+EOF
+  chmod +x "$prefix/usr/bin/pkgconf"
+  local tool
+  for tool in pkg-config ninja; do
+    "$prefix/usr/bin/$tool" --version >/dev/null 2>&1 || {
+      echo "gpu_deps: the unpacked $tool does not start:" >&2
+      "$prefix/usr/bin/$tool" --version >&2
+      exit 1
+    }
+  done
   # pkg-config files name /usr absolutely; CMake's package files are relocatable already.
   find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$prefix/usr|;s|=/usr/|=$prefix/usr/|g" {} +
   # The loader path gets only what a binary cannot find through its RUNPATH (OpenBLAS's own

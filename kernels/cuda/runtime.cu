@@ -50,15 +50,25 @@ std::string lib_version_text(long long v) {
 }
 
 std::string library_versions() {
-  int runtime = 0, driver = 0, nccl = 0;
+  int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver); // 0 when no driver is installed
+#if VLM_WITH_CUDNN
+  std::string cudnn_text = lib_version_text(static_cast<long long>(cudnnGetVersion()));
+#else
+  std::string cudnn_text = "not built";
+#endif
+#if VLM_WITH_NCCL
+  int nccl = 0;
   std::string nccl_text = ncclGetVersion(&nccl) == ncclSuccess ? lib_version_text(nccl) : "?";
+#else
+  std::string nccl_text = "not built";
+#endif
   cudaGetLastError();
-  return detail::str_cat(
-      "CUDA runtime ", cuda_version_text(runtime), ", driver ", cuda_version_text(driver),
-      ", cuBLASLt ", lib_version_text(static_cast<long long>(cublasLtGetVersion())), ", cuDNN ",
-      lib_version_text(static_cast<long long>(cudnnGetVersion())), ", NCCL ", nccl_text);
+  return detail::str_cat("CUDA runtime ", cuda_version_text(runtime), ", driver ",
+                         cuda_version_text(driver), ", cuBLASLt ",
+                         lib_version_text(static_cast<long long>(cublasLtGetVersion())), ", cuDNN ",
+                         cudnn_text, ", NCCL ", nccl_text);
 }
 
 // The device whose pool cudaMallocAsync uses: the stream's device (the current one for the
