@@ -42,7 +42,7 @@
 #include <vector>
 
 #if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 #endif
 #include "model/flops.h"
 #include "model/qwen3.h"
