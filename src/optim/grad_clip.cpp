@@ -21,30 +21,31 @@ namespace {
 double cuda_sum_squares(const std::vector<Tensor>& grads) {
   if (grads.empty()) return 0.0;
   const Device device = grads[0].device();
-  int64_t total_partials = 0;
-  for (const auto& g : grads) total_partials += kernels::cuda::sum_squares_num_partials(g.numel());
-  if (total_partials == 0) return 0.0;
-  Tensor partials = Tensor::empty({total_partials + 1}, DType::f64, device);
-  double* base = partials.data<double>();
-  int64_t at = 0;
-  for (const auto& g : grads) {
-    dispatch(
-        "grad_norm_squared", device, g.dtype(), [](auto) {},
-        [&](auto t, void* stream) {
-          using T = decltype(t);
-          kernels::cuda::sum_squares_partials<T>(base + at, g.data<T>(), g.numel(), stream);
-        });
-    at += kernels::cuda::sum_squares_num_partials(g.numel());
-  }
-  double total = 0;
-  dispatch_device(
-      "grad_norm_squared", device, [] {},
+  return dispatch_device(
+      "grad_norm_squared", device, [] { return 0.0; },
       [&](auto stream) {
+        int64_t total_partials = 0;
+        for (const auto& g : grads)
+          total_partials += kernels::cuda::sum_squares_num_partials(g.numel());
+        if (total_partials == 0) return 0.0;
+        Tensor partials = Tensor::empty({total_partials + 1}, DType::f64, device);
+        double* base = partials.data<double>();
+        int64_t at = 0;
+        for (const auto& g : grads) {
+          dispatch(
+              "grad_norm_squared", device, g.dtype(), [](auto) {},
+              [&](auto t, void* s) {
+                using T = decltype(t);
+                kernels::cuda::sum_squares_partials<T>(base + at, g.data<T>(), g.numel(), s);
+              });
+          at += kernels::cuda::sum_squares_num_partials(g.numel());
+        }
         kernels::cuda::sum_doubles(base + total_partials, base, total_partials, stream);
+        double total = 0;
         kernels::cuda::memcpy_d2h(&total, base + total_partials, sizeof total, stream);
+        current_stream(device).synchronize();
+        return total;
       });
-  current_stream(device).synchronize();
-  return total;
 }
 
 } // namespace

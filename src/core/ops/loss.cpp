@@ -60,7 +60,9 @@ LossTotals reduce_cpu(const Tensor& row_loss, int64_t num_valid, Reduction reduc
 }
 
 // CUDA: the same on the device (a fixed-order double sum, kernels/loss.h ce_reduce), so nothing
-// travels to the host; a bad label is reported at the next synchronization.
+// travels to the host; a bad label is reported at the next synchronization. (A template like the
+// other CUDA helpers: only dispatch()'s CUDA bodies instantiate it.)
+template <typename I>
 LossTotals reduce_cuda(const Tensor& row_loss, const Tensor& labels, int64_t vocab,
                        int64_t ignore_index, Reduction reduction, DeviceErrorFormatter on_error,
                        void* stream) {
@@ -68,12 +70,10 @@ LossTotals reduce_cuda(const Tensor& row_loss, const Tensor& labels, int64_t voc
   LossTotals r{Tensor::empty({}, DType::f32, d), Tensor::empty({}, DType::i64, d),
                Tensor::empty({}, DType::f64, d)};
   const int32_t site = register_device_check(std::move(on_error));
-  VLM_DISPATCH_INDEX(labels.dtype(), "cross_entropy", I, [&] {
-    kernels::cuda::ce_reduce<I>(r.loss.data<float>(), r.num_valid.data<int64_t>(),
-                                r.scale.data<double>(), row_loss.data<float>(), labels.data<I>(),
-                                labels.numel(), vocab, ignore_index, reduction == Reduction::mean,
-                                site, stream);
-  });
+  kernels::cuda::ce_reduce<I>(r.loss.data<float>(), r.num_valid.data<int64_t>(),
+                              r.scale.data<double>(), row_loss.data<float>(), labels.data<I>(),
+                              labels.numel(), vocab, ignore_index, reduction == Reduction::mean,
+                              site, stream);
   return r;
 }
 
@@ -159,8 +159,9 @@ CrossEntropyResult cross_entropy_impl(const Tensor& logits_in, const Tensor& lab
           kernels::cuda::cross_entropy_fwd<T, I>(row_loss.data<float>(), lse.data<float>(),
                                                  logits.data<T>(), labels.data<I>(), rows, vocab,
                                                  ignore_index, stream);
-          totals = reduce_cuda(row_loss, labels, vocab, ignore_index, reduction,
-                               label_error(op, vocab, "logits", logits_in, ignore_index), stream);
+          totals =
+              reduce_cuda<I>(row_loss, labels, vocab, ignore_index, reduction,
+                             label_error(op, vocab, "logits", logits_in, ignore_index), stream);
         });
   });
   Tensor loss = totals.loss;
@@ -423,8 +424,8 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
           using T = decltype(t);
           lce_fwd_cuda<T, I>(row_loss.data<float>(), lse.data<float>(), x.data<T>(),
                              weight.data<T>(), labels.data<I>(), s, x.device(), stream);
-          totals = reduce_cuda(row_loss, labels, s.v, ignore_index, reduction,
-                               label_error(op, s.v, "weight", weight_in, ignore_index), stream);
+          totals = reduce_cuda<I>(row_loss, labels, s.v, ignore_index, reduction,
+                                  label_error(op, s.v, "weight", weight_in, ignore_index), stream);
         });
   });
   Tensor loss = totals.loss;
