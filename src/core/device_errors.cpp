@@ -5,6 +5,7 @@
 
 #include "kernels/gpu_runtime.h"
 #include "src/base/check.h"
+#include "src/base/env.h"
 
 namespace vlm {
 
@@ -58,6 +59,11 @@ void check_device_errors(Device device) {
                         ", out of range [0, ", e.limit, ") (the op's details are no longer kept)");
   VLM_FAIL(text, " [found on ", device.str(),
            " by a deferred device-side check; reported at the next synchronization]");
+}
+
+void check_device_errors_if_syncing(Device device) {
+  static const bool sync = env_int("VLM_SYNC", 0) != 0; // read once, as check_last_launch does
+  if (sync) check_device_errors(device);
 }
 
 } // namespace vlm

@@ -29,4 +29,9 @@ int32_t register_device_check(DeviceErrorFormatter describe);
 // The synchronization points above call it; call it after any other synchronization.
 void check_device_errors(Device device);
 
+// With VLM_SYNC=1 (kernels/gpu_runtime.h: every launch synchronizes) this is check_device_errors,
+// so a bad index or label is thrown at the op that launched the check; otherwise it does nothing.
+// dispatch() calls it after every CUDA op.
+void check_device_errors_if_syncing(Device device);
+
 } // namespace vlm

@@ -11,12 +11,16 @@
 // on the CPU only). Both bodies are generic lambdas: a CPU-only build never instantiates the CUDA
 // one, so its calls into kernels::cuda:: (declared in plain C++ headers, defined only in CUDA
 // builds) need no #if; reaching it there fails with "this build has no CUDA backend".
-// dispatch_device is the same without a dtype, for type-erased kernels and copies.
+// dispatch_device is the same without a dtype, for type-erased kernels and copies. With VLM_SYNC=1
+// a deferred device error (src/core/device_errors.h) is thrown right after the op that caused it.
 #pragma once
+
+#include <type_traits>
 
 #include "src/base/check.h"
 #include "src/base/dtype.h"
 #include "src/core/device.h"
+#include "src/core/device_errors.h"
 #include "src/core/stream.h"
 
 namespace vlm {
@@ -26,6 +30,18 @@ namespace dispatch_detail {
   VLM_FAIL(op, ": ", device.str(),
            " requested but this build has no CUDA backend (configure with -DVLM_CUDA=ON)");
 }
+
+// f(), then (VLM_SYNC=1 only) the device's deferred errors, so they name the op that caused them.
+template <typename F> decltype(auto) run_cuda(Device device, F&& f) {
+  if constexpr (std::is_void_v<std::invoke_result_t<F>>) {
+    f();
+    check_device_errors_if_syncing(device);
+  } else {
+    auto result = f();
+    check_device_errors_if_syncing(device);
+    return result;
+  }
+}
 } // namespace dispatch_detail
 
 // cpu() on the CPU; cuda(stream) on a CUDA device (current, stream = its current stream).
@@ -34,7 +50,8 @@ decltype(auto) dispatch_device(const char* op, Device device, Cpu&& cpu, Cuda&& 
   if (device.is_cpu()) return cpu();
 #if VLM_WITH_CUDA
   DeviceGuard on(device);
-  return cuda(current_stream(device).handle());
+  void* stream = current_stream(device).handle();
+  return dispatch_detail::run_cuda(device, [&] { return cuda(stream); });
 #else
   (void)cuda;
   dispatch_detail::no_cuda(op, device);
@@ -57,8 +74,8 @@ decltype(auto) dispatch(const char* op, Device device, DType dtype, Cpu&& cpu, C
   DeviceGuard on(device);
   void* stream = current_stream(device).handle();
   switch (dtype) {
-  case DType::f32: return cuda(float{}, stream);
-  case DType::bf16: return cuda(bf16{}, stream);
+  case DType::f32: return dispatch_detail::run_cuda(device, [&] { return cuda(float{}, stream); });
+  case DType::bf16: return dispatch_detail::run_cuda(device, [&] { return cuda(bf16{}, stream); });
   default:
     VLM_FAIL(op, ": CUDA kernels take f32 or bf16, got ", dtype_name(dtype),
              " (f64 runs on CPU only)");

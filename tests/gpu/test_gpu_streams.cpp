@@ -134,7 +134,7 @@ TEST_CASE("gpu streams: a destroyed stream releases its cuBLASLt workspace", "[g
   } // the guard restores, then the last handle goes: gemm_release_stream, then the stream
 }
 
-TEST_CASE("gpu DeviceGuard: restores the current device; allocation and ops keep it", "[gpu]") {
+TEST_CASE("gpu DeviceGuard: restores the current device, allocation and ops keep it", "[gpu]") {
   require_device();
   const int n = cuda_device_count();
   kernels::cuda::set_device(0);
