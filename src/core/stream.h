@@ -94,7 +94,7 @@ private:
 
 // A marker in a stream's work: record it, let other streams wait for it, or wait for it on the
 // host. The CUDA event is created at the first record on a CUDA stream; later records must use a
-// stream of the same device. Movable, not copyable.
+// stream of the same device. Movable (a moved-from event is unrecorded), not copyable.
 class Event {
 public:
   // `timing`: the event can measure elapsed_ms (CUDA events without timing are cheaper).

@@ -49,10 +49,13 @@ std::string position_str(int64_t pos, const Shape& shape) {
 // kernels skip the bad rows (zeros in the output, nothing added).
 void check_in_range(const char* op, const char* name, const Tensor& index, int64_t limit,
                     const char* target_name, const Tensor& target) {
-  auto message = [op, name, limit, shape = index.shape(),
-                  target_text = describe(target_name, target)](int64_t pos, int64_t value) {
-    return detail::str_cat(op, ": ", name, " at position ", position_str(pos, shape), " is ", value,
-                           ", out of range [0, ", limit, ") for ", target_text);
+  // The failure text, built only when it may be needed (a failure, or a deferred check).
+  auto message = [&]() -> DeviceErrorFormatter {
+    return [op, name, limit, shape = index.shape(),
+            target_text = describe(target_name, target)](int64_t pos, int64_t value) {
+      return detail::str_cat(op, ": ", name, " at position ", position_str(pos, shape), " is ",
+                             value, ", out of range [0, ", limit, ") for ", target_text);
+    };
   };
   VLM_DISPATCH_INDEX(index.dtype(), op, I, [&] {
     dispatch_device(
@@ -60,11 +63,11 @@ void check_in_range(const char* op, const char* name, const Tensor& index, int64
         [&] {
           const I* v = index.data<I>();
           const int64_t bad = kernels::cpu::first_out_of_range<I>(v, index.numel(), limit);
-          if (bad >= 0) VLM_FAIL(message(bad, int64_t(v[bad])));
+          if (bad >= 0) VLM_FAIL(message()(bad, int64_t(v[bad])));
         },
         [&](auto stream) {
           kernels::cuda::check_index_range<I>(index.data<I>(), index.numel(), limit,
-                                              register_device_check(message), stream);
+                                              register_device_check(message()), stream);
         });
   });
 }
