@@ -5,7 +5,8 @@
 //  * attention (flash kernels, one causal document, bf16, head dim 128, 16 query / 8 kv heads) at
 //    4k and 8k tokens: forward and backward TFLOP/s (causal FLOPs: fwd 2·T²·D·Hq, bwd 2.5×fwd);
 //  * RMSNorm forward on CUDA: GB/s (read x + write y) vs a device-to-device copy of the same bytes.
-// Prints one table; an op without a CUDA kernel yet prints "n/a" with the reason.
+// Everything runs on the current stream of cuda:0. Prints one table; an op without a CUDA kernel
+// yet prints "n/a" with the reason.
 //   bench_gpu_ops [--quick]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -19,9 +20,10 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 #include "src/core/ops.h"
 #include "src/core/ops/norm.h"
+#include "src/core/stream.h"
 
 using namespace vlm;
 
@@ -38,25 +40,22 @@ namespace {
     if (s_ != CUBLAS_STATUS_SUCCESS) VLM_FAIL(#expr, ": ", cublasGetStatusString(s_));             \
   } while (0)
 
-// Median seconds of `repeats` runs of fn on the default stream, timed with CUDA events.
+// The stream every launch of this benchmark goes to (ops use it as their current stream).
+void* stream() { return current_stream(Device::cuda(0)).handle(); }
+
+// Median seconds of `repeats` runs of fn on the current stream, timed with its events.
 double median_seconds(int repeats, const std::function<void()>& fn) {
+  const Stream s = current_stream(Device::cuda(0));
   fn();
-  BENCH_CUDA(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
+  s.synchronize();
+  Event a(true), b(true);
   std::vector<double> t;
   for (int i = 0; i < repeats; i++) {
-    BENCH_CUDA(cudaEventRecord(a, nullptr));
+    a.record(s);
     fn();
-    BENCH_CUDA(cudaEventRecord(b, nullptr));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1e-3);
+    b.record(s);
+    t.push_back(a.elapsed_ms(b) * 1e-3); // waits for b
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -108,7 +107,7 @@ struct RawGemm {
   void run(void* c, const void* a, const void* w) {
     const float alpha = 1.f, beta = 0.f;
     BENCH_CUBLAS(cublasLtMatmul(handle, desc, &alpha, w, la, a, lb, &beta, c, lc, c, lc, &algo,
-                                workspace, ws_bytes, nullptr));
+                                workspace, ws_bytes, static_cast<cudaStream_t>(stream())));
   }
   ~RawGemm() {
     cublasLtMatrixLayoutDestroy(la);
@@ -162,12 +161,13 @@ void bench_attention(int64_t T, int repeats) {
   const double fwd_flops = 2.0 * double(T) * double(T) * double(D) * double(Hq); // causal half
   const double fwd = median_seconds(repeats, [&] {
     kernels::cuda::attention_fwd<bf16>(out.data<bf16>(), lse.data<float>(), q.data<bf16>(),
-                                       k.data<bf16>(), v.data<bf16>(), cu.data(), s, nullptr);
+                                       k.data<bf16>(), v.data<bf16>(), cu.data(), s, stream());
   });
   const double bwd = median_seconds(repeats, [&] {
-    kernels::cuda::attention_bwd<bf16>(
-        dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), dout.data<bf16>(), q.data<bf16>(),
-        k.data<bf16>(), v.data<bf16>(), out.data<bf16>(), lse.data<float>(), cu.data(), s, nullptr);
+    kernels::cuda::attention_bwd<bf16>(dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(),
+                                       dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
+                                       v.data<bf16>(), out.data<bf16>(), lse.data<float>(),
+                                       cu.data(), s, stream());
   });
   const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=128", double(T));
   // H100 anchors (docs/performance-anchors.md §D, causal, hdim 128): FA2 fwd 319 / 333 and
@@ -186,8 +186,9 @@ void bench_rmsnorm(int64_t rows, int64_t hidden, int repeats) {
   Tensor w = Tensor::randn({hidden}, rng, DType::bf16).to(gpu);
   Tensor y = Tensor::empty(x.shape(), DType::bf16, gpu);
   const double bytes = 2.0 * double(x.nbytes());
-  const double copy = median_seconds(
-      repeats, [&] { kernels::cuda::memcpy_d2d(y.data_ptr(), x.data_ptr(), x.nbytes(), nullptr); });
+  const double copy = median_seconds(repeats, [&] {
+    kernels::cuda::memcpy_d2d(y.data_ptr(), x.data_ptr(), x.nbytes(), stream());
+  });
   const std::string shape = fmt("rows=%.0f hidden=%.0f", double(rows), double(hidden));
   NoGradGuard no_grad;
   try {

@@ -42,7 +42,7 @@
 #include <vector>
 
 #if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 #endif
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"

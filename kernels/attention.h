@@ -46,11 +46,11 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
 
 } // namespace cpu
 
-// CUDA (kernels/cuda/attention.cu). T is float or bf16 (fp32 accumulation, lse in fp32); every
-// pointer except cu_seqlens_host is device memory on the current device; `stream` is a
-// cudaStream_t (nullptr: legacy default stream); the calls are asynchronous. head_dim <= 256,
-// q_heads <= 65535. Results are deterministic: every output element is written by one thread
-// with a fixed summation order (no atomics).
+// CUDA (kernels/cuda/attention_fwd.cu, _bwd.cu, _ref.cu). T is float or bf16 (fp32 accumulation,
+// lse in fp32); every pointer except cu_seqlens_host is device memory on the current device;
+// `stream` is a cudaStream_t (nullptr: legacy default stream); the calls are asynchronous. head_dim
+// <= 256, q_heads <= 65535. Results are deterministic: every output element is written by one
+// thread with a fixed summation order (no atomics).
 namespace cuda {
 
 // Flash-attention-2 style tiled kernels (what the attention op uses). The forward keeps a

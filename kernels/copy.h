@@ -33,7 +33,8 @@ void fill(void* out, DType t, double value, int64_t n);
 
 // The same on the current CUDA device, ordered on `stream` (a cudaStream_t; nullptr: the legacy
 // default stream), asynchronous. Element sizes 1, 2, 4 and 8 bytes; cast supports f32, bf16, f64,
-// i32 and i64 with the CPU's conversions (floats through f32, like cpu::cast).
+// i32 and i64 with the CPU's conversions (floats through f32, like cpu::cast); fill every dtype,
+// with the value converted on the host exactly as cpu::fill converts it.
 namespace cuda {
 
 void copy_strided(void* out, const void* in, size_t elem_size, const StridedLayout& in_layout,

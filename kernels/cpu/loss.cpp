@@ -62,25 +62,6 @@ void cross_entropy_fwd(acc_t<T>* row_loss, acc_t<T>* lse, const T* logits, const
 }
 
 template <typename T, typename I>
-void cross_entropy_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* labels,
-                       const acc_t<T>* grad_loss, double scale, int64_t rows, int64_t vocab,
-                       int64_t ignore_index) {
-  using A = acc_t<T>;
-  const A g = A(double(grad_loss[0]) * scale);
-#pragma omp parallel for if (rows * vocab > kParallelMin && rows > 1)
-  for (int64_t r = 0; r < rows; r++) {
-    const T* x = logits + r * vocab;
-    T* dx = dlogits + r * vocab;
-    int64_t l = int64_t(labels[r]);
-    if (l == ignore_index) {
-      std::fill(dx, dx + vocab, from_acc<T>(A(0)));
-      continue;
-    }
-    softmax_grad_row(dx, x, vocab, lse[r], g, l);
-  }
-}
-
-template <typename T, typename I>
 void lce_chunk_fwd(acc_t<T>* run_max, acc_t<T>* run_sum, acc_t<T>* target, const T* logits,
                    const I* labels, int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index) {
   using A = acc_t<T>;
@@ -119,10 +100,10 @@ void lce_finish(A* row_loss, A* lse, const A* run_max, const A* run_sum, const A
 
 template <typename T, typename I>
 void lce_chunk_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* labels,
-                   const acc_t<T>* grad_loss, double scale, int64_t rows, int64_t chunk, int64_t v0,
-                   int64_t ignore_index) {
+                   const acc_t<T>* grad_loss, const double* scale, int64_t rows, int64_t chunk,
+                   int64_t v0, int64_t ignore_index) {
   using A = acc_t<T>;
-  const A g = A(double(grad_loss[0]) * scale);
+  const A g = A(double(grad_loss[0]) * scale[0]);
 #pragma omp parallel for if (rows * chunk > kParallelMin && rows > 1)
   for (int64_t r = 0; r < rows; r++) {
     const T* x = logits + r * chunk;
@@ -139,12 +120,10 @@ void lce_chunk_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* la
 #define VLM_INSTANTIATE(T, I)                                                                      \
   template void cross_entropy_fwd<T, I>(acc_t<T>*, acc_t<T>*, const T*, const I*, int64_t,         \
                                         int64_t, int64_t);                                         \
-  template void cross_entropy_bwd<T, I>(T*, const T*, const acc_t<T>*, const I*, const acc_t<T>*,  \
-                                        double, int64_t, int64_t, int64_t);                        \
   template void lce_chunk_fwd<T, I>(acc_t<T>*, acc_t<T>*, acc_t<T>*, const T*, const I*, int64_t,  \
                                     int64_t, int64_t, int64_t);                                    \
   template void lce_chunk_bwd<T, I>(T*, const T*, const acc_t<T>*, const I*, const acc_t<T>*,      \
-                                    double, int64_t, int64_t, int64_t, int64_t);
+                                    const double*, int64_t, int64_t, int64_t, int64_t);
 VLM_INSTANTIATE(float, int32_t)
 VLM_INSTANTIATE(float, int64_t)
 VLM_INSTANTIATE(double, int32_t)

@@ -4,7 +4,7 @@
 #include "kernels/activation.h"
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {
@@ -213,6 +213,7 @@ void fill(void* out, DType t, double value, int64_t n, void* stream) {
     uint16_t bits = bf16(float(value)).bits;
     return launch(uint16_t(bits));
   }
+  case DType::f16: return launch(uint16_t(f16(float(value)).bits));
   case DType::f64: return launch(double(value));
   case DType::i32: return launch(int32_t(value));
   case DType::i64: return launch(int64_t(value));

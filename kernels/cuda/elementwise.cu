@@ -3,7 +3,7 @@
 #include "kernels/elementwise.h"
 
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Row-major batched GEMM on cuBLASLt (declared in kernels/cuda_gemm.h).
+// Row-major batched GEMM on cuBLASLt (declared in kernels/gemm.h).
 //
 // cuBLASLt is column-major. A row-major [R,C] matrix is the same memory as a column-major
 // [C,R] matrix, i.e. its transpose, so instead of C = op(A) op(B) we ask cuBLASLt for
@@ -11,7 +11,7 @@
 //    is safe because work on a stream runs in order.
 //  - per problem: the matmul/layout descriptors and the heuristic's algorithm, so steady-state
 //    calls do no descriptor setup and no heuristic query.
-#include "kernels/cuda_gemm.h"
+#include "kernels/gemm.h"
 
 #include <cuda_bf16.h>
 
@@ -22,7 +22,7 @@
 #include <tuple>
 
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {

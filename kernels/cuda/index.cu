@@ -12,8 +12,9 @@
 #include <climits>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_error.cuh"
 #include "kernels/cuda/load_store.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {
@@ -22,14 +23,31 @@ using namespace ldst;
 
 constexpr int kThreads = 256;
 
+// One block of kCheckThreads: each thread finds the smallest bad position among its indices, a
+// fixed tree takes the minimum, and thread 0 reports it (with the value at that position).
+constexpr int kCheckThreads = 1024;
+
 template <typename I>
-__global__ void __launch_bounds__(kThreads)
-    out_of_range_kernel(unsigned long long* first, const I* index, int64_t n, int64_t limit) {
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
-       j += int64_t(gridDim.x) * blockDim.x) {
+__global__ void __launch_bounds__(kCheckThreads)
+    check_range_kernel(const I* index, int64_t n, int64_t limit, dev::ErrorReporter errors) {
+  __shared__ long long s_bad[kCheckThreads];
+  long long bad = LLONG_MAX;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const int64_t v = int64_t(index[j]);
-    if (v < 0 || v >= limit) atomicMin(first, (unsigned long long)j); // integer min: deterministic
+    if (v < 0 || v >= limit) { // this thread's positions only grow
+      bad = j;
+      break;
+    }
   }
+  s_bad[threadIdx.x] = bad;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w && s_bad[threadIdx.x + w] < s_bad[threadIdx.x])
+      s_bad[threadIdx.x] = s_bad[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && s_bad[0] != LLONG_MAX)
+    errors.report(s_bad[0], int64_t(index[s_bad[0]]), limit);
 }
 
 template <typename T, typename I>
@@ -41,7 +59,9 @@ __global__ void __launch_bounds__(kThreads)
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e % inner, t = e / inner;
     const int64_t o = t / n_index, j = t % n_index;
-    out[e] = x[(o * dim_size + int64_t(index[j])) * inner + i];
+    const int64_t row = int64_t(index[j]);
+    out[e] =
+        row >= 0 && row < dim_size ? x[(o * dim_size + row) * inner + i] : dev::from_f32<T>(0.f);
   }
 }
 
@@ -59,7 +79,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
     const int64_t o = task / n_index, k = task % n_index;
     const K row = rows_sorted[k];
-    if (k > 0 && rows_sorted[k - 1] == row) continue; // not the first source of its row
+    if (k > 0 && rows_sorted[k - 1] == row) continue;  // not the first source of its row
+    if (uint64_t(row) >= uint64_t(dim_size)) continue; // a bad index (reported by the check)
     T* dst = out + (o * dim_size + int64_t(row)) * inner;
     for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
       float acc = ld(dst + i);
@@ -79,20 +100,11 @@ int key_bits(int64_t dim_size) {
 } // namespace
 
 template <typename I>
-int64_t first_out_of_range(const I* index, int64_t n, int64_t limit, void* stream) {
-  if (n == 0) return -1;
-  cudaStream_t s = as_stream(stream);
-  auto* d_first = static_cast<unsigned long long*>(malloc_async(sizeof(unsigned long long), s));
-  const unsigned long long none = ULLONG_MAX;
-  VLM_CUDA_CHECK(cudaMemcpyAsync(d_first, &none, sizeof none, cudaMemcpyHostToDevice, s));
-  out_of_range_kernel<I>
-      <<<grid_blocks(n, kThreads, 4096), kThreads, 0, s>>>(d_first, index, n, limit);
-  check_last_launch("first_out_of_range");
-  unsigned long long first = 0;
-  VLM_CUDA_CHECK(cudaMemcpyAsync(&first, d_first, sizeof first, cudaMemcpyDeviceToHost, s));
-  free_async(d_first, s);
-  VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-  return first == ULLONG_MAX ? -1 : int64_t(first);
+void check_index_range(const I* index, int64_t n, int64_t limit, int32_t site, void* stream) {
+  if (n == 0) return;
+  check_range_kernel<I>
+      <<<1, kCheckThreads, 0, as_stream(stream)>>>(index, n, limit, dev::error_reporter(site));
+  check_last_launch("check_index_range");
 }
 
 template <typename T, typename I>
@@ -148,7 +160,7 @@ VLM_INSTANTIATE(vlm::bf16, int32_t)
 VLM_INSTANTIATE(vlm::bf16, int64_t)
 #undef VLM_INSTANTIATE
 
-template int64_t first_out_of_range<int32_t>(const int32_t*, int64_t, int64_t, void*);
-template int64_t first_out_of_range<int64_t>(const int64_t*, int64_t, int64_t, void*);
+template void check_index_range<int32_t>(const int32_t*, int64_t, int64_t, int32_t, void*);
+template void check_index_range<int64_t>(const int64_t*, int64_t, int64_t, int32_t, void*);
 
 } // namespace vlm::kernels::cuda

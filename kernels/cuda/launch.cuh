@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels::cuda::dev {

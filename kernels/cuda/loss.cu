@@ -1,14 +1,16 @@
 // Softmax cross-entropy (and the chunk kernels of the fused LM head + cross-entropy) on the GPU,
-// declared in kernels/loss.h. Forward: one 256-thread block per
-// row (grid-stride over rows), each thread an online (max, sum-exp) over its columns, combined by a
-// fixed tree; backward: one block per row recomputing softmax from the saved logsumexp.
+// declared in kernels/loss.h. Forward: one 256-thread block per row (grid-stride over rows), each
+// thread an online (max, sum-exp) over its columns, combined by a fixed tree, then one block
+// reduces the rows to the loss on the device; backward (lce_chunk_bwd, for a chunk or the whole
+// vocabulary): one block per row recomputing softmax from the saved logsumexp.
 #include "kernels/loss.h"
 
 #include <climits>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_error.cuh"
 #include "kernels/cuda/load_store.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {
@@ -18,26 +20,37 @@ using namespace ldst;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
+// One block of kReduceThreads over all rows: thread t takes rows t, t + kReduceThreads, ... in
+// order (a double sum and a count), then a fixed tree combines the threads. The smallest bad row
+// is found the same way and reported by thread 0.
+constexpr int kReduceThreads = 512;
+
 template <typename I>
-__global__ void __launch_bounds__(1024)
-    check_labels_kernel(long long* out, const I* labels, int64_t rows, int64_t vocab,
-                        int64_t ignore_index) {
-  __shared__ long long s_valid[1024], s_bad[1024];
+__global__ void __launch_bounds__(kReduceThreads)
+    ce_reduce_kernel(float* loss, int64_t* num_valid, double* scale_out, const float* row_loss,
+                     const I* labels, int64_t rows, int64_t vocab, int64_t ignore_index, bool mean,
+                     dev::ErrorReporter errors) {
+  __shared__ double s_sum[kReduceThreads];
+  __shared__ long long s_valid[kReduceThreads], s_bad[kReduceThreads];
+  double sum = 0;
   long long valid = 0, bad = LLONG_MAX;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const int64_t l = int64_t(labels[r]);
     if (l == ignore_index) continue;
     if (l < 0 || l >= vocab) {
-      bad = bad < r ? bad : r;
+      if (bad == LLONG_MAX) bad = r; // this thread's rows only grow
       continue;
     }
     valid++;
+    sum += double(row_loss[r]);
   }
+  s_sum[threadIdx.x] = sum;
   s_valid[threadIdx.x] = valid;
   s_bad[threadIdx.x] = bad;
   __syncthreads();
   for (int w = blockDim.x / 2; w > 0; w >>= 1) {
     if (int(threadIdx.x) < w) {
+      s_sum[threadIdx.x] += s_sum[threadIdx.x + w];
       s_valid[threadIdx.x] += s_valid[threadIdx.x + w];
       const long long b = s_bad[threadIdx.x + w];
       if (b < s_bad[threadIdx.x]) s_bad[threadIdx.x] = b;
@@ -45,8 +58,13 @@ __global__ void __launch_bounds__(1024)
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    out[0] = s_valid[0];
-    out[1] = s_bad[0];
+    const long long n = s_valid[0];
+    // As the CPU op: scale = 1/num_valid in double, loss = float(total * scale).
+    const double scale = mean ? (n > 0 ? 1.0 / double(n) : 0.0) : 1.0;
+    *num_valid = int64_t(n);
+    *scale_out = scale;
+    *loss = float(s_sum[0] * scale);
+    if (s_bad[0] != LLONG_MAX) errors.report(s_bad[0], int64_t(labels[s_bad[0]]), vocab);
   }
 }
 
@@ -121,29 +139,8 @@ __global__ void __launch_bounds__(kThreads)
       const float out = isinf(M) ? M : M + logf(S);
       lse[r] = out;
       const int64_t l = int64_t(labels[r]);
-      row_loss[r] = l == ignore_index ? 0.f : out - ld(x + l);
-    }
-  }
-}
-
-template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
-    ce_bwd_kernel(T* dlogits, const T* logits, const float* lse, const I* labels,
-                  const float* grad_loss, double scale, int64_t rows, int64_t vocab,
-                  int64_t ignore_index) {
-  const float g = float(double(grad_loss[0]) * scale);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* x = logits + r * vocab;
-    T* dx = dlogits + r * vocab;
-    const int64_t l = int64_t(labels[r]);
-    if (l == ignore_index) {
-      for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) st(dx + c, 0.f);
-      continue;
-    }
-    const float m = lse[r];
-    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
-      const float p = expf(ld(x + c) - m);
-      st(dx + c, c == l ? (p - 1.f) * g : p * g);
+      // A bad label reads nothing: ce_reduce reports it and leaves the row out.
+      row_loss[r] = l == ignore_index || l < 0 || l >= vocab ? 0.f : out - ld(x + l);
     }
   }
 }
@@ -197,9 +194,9 @@ __global__ void lce_finish_kernel(float* row_loss, float* lse, const float* run_
 template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
     lce_chunk_bwd_kernel(T* dlogits, const T* logits, const float* lse, const I* labels,
-                         const float* grad_loss, double scale, int64_t rows, int64_t chunk,
+                         const float* grad_loss, const double* scale, int64_t rows, int64_t chunk,
                          int64_t v0, int64_t ignore_index) {
-  const float g = float(double(grad_loss[0]) * scale);
+  const float g = float(double(grad_loss[0]) * scale[0]);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = logits + r * chunk;
     T* dx = dlogits + r * chunk;
@@ -252,8 +249,8 @@ void lce_finish(float* row_loss, float* lse, const float* run_max, const float* 
 
 template <typename T, typename I>
 void lce_chunk_bwd(T* dlogits, const T* logits, const float* lse, const I* labels,
-                   const float* grad_loss, double scale, int64_t rows, int64_t chunk, int64_t v0,
-                   int64_t ignore_index, void* stream) {
+                   const float* grad_loss, const double* scale, int64_t rows, int64_t chunk,
+                   int64_t v0, int64_t ignore_index, void* stream) {
   if (rows == 0 || chunk == 0) return;
   lce_chunk_bwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
       dptr(dlogits), dptr(logits), lse, labels, grad_loss, scale, rows, chunk, v0, ignore_index);
@@ -267,20 +264,14 @@ void round_to_bf16(bf16* out, const float* in, int64_t n, void* stream) {
 }
 
 template <typename I>
-int64_t check_labels(const I* labels, int64_t rows, int64_t vocab, int64_t ignore_index,
-                     int64_t* num_valid, void* stream) {
-  *num_valid = 0;
-  if (rows == 0) return -1;
-  cudaStream_t s = as_stream(stream);
-  auto* d_out = static_cast<long long*>(malloc_async(2 * sizeof(long long), s));
-  check_labels_kernel<I><<<1, 1024, 0, s>>>(d_out, labels, rows, vocab, ignore_index);
-  check_last_launch("check_labels");
-  long long h[2] = {0, 0};
-  VLM_CUDA_CHECK(cudaMemcpyAsync(h, d_out, sizeof h, cudaMemcpyDeviceToHost, s));
-  free_async(d_out, s);
-  VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-  *num_valid = int64_t(h[0]);
-  return h[1] == LLONG_MAX ? -1 : int64_t(h[1]);
+void ce_reduce(float* loss, int64_t* num_valid, double* scale, const float* row_loss,
+               const I* labels, int64_t rows, int64_t vocab, int64_t ignore_index, bool mean,
+               int32_t site, void* stream) {
+  // Launched for rows == 0 too: the outputs are still written.
+  ce_reduce_kernel<I><<<1, kReduceThreads, 0, as_stream(stream)>>>(
+      loss, num_valid, scale, row_loss, labels, rows, vocab, ignore_index, mean,
+      dev::error_reporter(site));
+  check_last_launch("cross_entropy (reduce)");
 }
 
 template <typename T, typename I>
@@ -292,25 +283,13 @@ void cross_entropy_fwd(float* row_loss, float* lse, const T* logits, const I* la
   check_last_launch("cross_entropy_fwd");
 }
 
-template <typename T, typename I>
-void cross_entropy_bwd(T* dlogits, const T* logits, const float* lse, const I* labels,
-                       const float* grad_loss, double scale, int64_t rows, int64_t vocab,
-                       int64_t ignore_index, void* stream) {
-  if (rows == 0) return;
-  ce_bwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
-      dptr(dlogits), dptr(logits), lse, labels, grad_loss, scale, rows, vocab, ignore_index);
-  check_last_launch("cross_entropy_bwd");
-}
-
 #define VLM_INSTANTIATE(T, I)                                                                      \
   template void cross_entropy_fwd<T, I>(float*, float*, const T*, const I*, int64_t, int64_t,      \
                                         int64_t, void*);                                           \
-  template void cross_entropy_bwd<T, I>(T*, const T*, const float*, const I*, const float*,        \
-                                        double, int64_t, int64_t, int64_t, void*);                 \
   template void lce_chunk_fwd<T, I>(float*, float*, float*, const T*, const I*, int64_t, int64_t,  \
                                     int64_t, int64_t, void*);                                      \
-  template void lce_chunk_bwd<T, I>(T*, const T*, const float*, const I*, const float*, double,    \
-                                    int64_t, int64_t, int64_t, int64_t, void*);
+  template void lce_chunk_bwd<T, I>(T*, const T*, const float*, const I*, const float*,            \
+                                    const double*, int64_t, int64_t, int64_t, int64_t, void*);
 VLM_INSTANTIATE(float, int32_t)
 VLM_INSTANTIATE(float, int64_t)
 VLM_INSTANTIATE(vlm::bf16, int32_t)
@@ -321,7 +300,9 @@ template void lce_finish<int32_t>(float*, float*, const float*, const float*, co
                                   const int32_t*, int64_t, int64_t, void*);
 template void lce_finish<int64_t>(float*, float*, const float*, const float*, const float*,
                                   const int64_t*, int64_t, int64_t, void*);
-template int64_t check_labels<int32_t>(const int32_t*, int64_t, int64_t, int64_t, int64_t*, void*);
-template int64_t check_labels<int64_t>(const int64_t*, int64_t, int64_t, int64_t, int64_t*, void*);
+template void ce_reduce<int32_t>(float*, int64_t*, double*, const float*, const int32_t*, int64_t,
+                                 int64_t, int64_t, bool, int32_t, void*);
+template void ce_reduce<int64_t>(float*, int64_t*, double*, const float*, const int64_t*, int64_t,
+                                 int64_t, int64_t, bool, int32_t, void*);
 
 } // namespace vlm::kernels::cuda

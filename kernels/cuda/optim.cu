@@ -8,7 +8,7 @@
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/load_store.cuh"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {

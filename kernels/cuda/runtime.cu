@@ -1,5 +1,5 @@
-// CUDA runtime services declared in kernels/cuda_runtime.h.
-#include "kernels/cuda_runtime.h"
+// CUDA runtime services declared in kernels/gpu_runtime.h.
+#include "kernels/gpu_runtime.h"
 
 #include <atomic>
 #include <cstdint>

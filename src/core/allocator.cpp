@@ -6,12 +6,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/gpu_runtime.h"
 #include "src/base/check.h"
 #include "src/base/shape.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
-#endif
 
 namespace vlm {
 
@@ -34,7 +31,7 @@ class CpuAllocator final : public Allocator {
 public:
   ~CpuAllocator() override { empty_cache(); }
 
-  void* allocate(size_t bytes) override {
+  void* allocate(size_t bytes, const Stream&) override {
     if (bytes == 0) return nullptr;
     size_t cls = size_class(bytes);
     void* p = nullptr;
@@ -54,7 +51,7 @@ public:
     return p;
   }
 
-  void deallocate(void* p, size_t bytes) override {
+  void deallocate(void* p, size_t bytes, const Stream&) override {
     if (!p) return;
     record_free(bytes);
     size_t cls = size_class(bytes);
@@ -102,34 +99,41 @@ private:
   size_t cached_ = 0;
 };
 
-#if VLM_WITH_CUDA
+// cudaMallocAsync / cudaFreeAsync on the given stream under a DeviceGuard, so the block comes from
+// this device's pool whatever device the caller has current, and the caller's device is kept.
 class CudaAsyncAllocator final : public Allocator {
 public:
   explicit CudaAsyncAllocator(int index) : index_(index) {}
-  void* allocate(size_t bytes) override {
+  void* allocate(size_t bytes, const Stream& stream) override {
     if (bytes == 0) return nullptr;
-    kernels::cuda::set_device(index_);
-    void* p = kernels::cuda::malloc_async(bytes, nullptr);
+    check_stream(stream);
+    DeviceGuard on(device());
+    void* p = kernels::cuda::malloc_async(bytes, stream.handle());
     record_alloc(bytes);
     return p;
   }
-  void deallocate(void* p, size_t bytes) override {
+  void deallocate(void* p, size_t bytes, const Stream& stream) override {
     if (!p) return;
-    kernels::cuda::set_device(index_);
-    kernels::cuda::free_async(p, nullptr);
+    DeviceGuard on(device());
+    kernels::cuda::free_async(p, stream.handle());
     record_free(bytes);
   }
   Device device() const override { return Device::cuda(index_); }
 
 private:
+  void check_stream(const Stream& s) const {
+    VLM_CHECK(s.device() == device(), "allocator of ", device().str(), ": a stream of ",
+              s.device().str(), " cannot order its blocks");
+  }
   int index_;
 };
 
-// Blocks of a power-of-two size class, each with the event recorded when it was last freed.
-// Never emptied at exit: when statics are destroyed the CUDA runtime may be unloaded already.
+// Blocks of a power-of-two size class, each with the event recorded when it was last freed (on the
+// current stream of the current device, where the copies out of it were queued). Never emptied at
+// exit: when statics are destroyed the CUDA runtime may be unloaded already.
 class PinnedHostAllocator final : public Allocator {
 public:
-  void* allocate(size_t bytes) override {
+  void* allocate(size_t bytes, const Stream&) override {
     if (bytes == 0) return nullptr;
     const size_t cls = size_class(bytes);
     void* p = nullptr;
@@ -137,7 +141,7 @@ public:
       std::lock_guard<std::mutex> lock(mu_);
       auto& blocks = free_[cls];
       for (size_t i = 0; i < blocks.size(); i++) {
-        if (!kernels::cuda::event_done(blocks[i].event)) continue;
+        if (!done(blocks[i].event)) continue;
         p = blocks[i].ptr;
         events_[p] = blocks[i].event;
         blocks.erase(blocks.begin() + std::ptrdiff_t(i));
@@ -150,17 +154,23 @@ public:
     return p;
   }
 
-  void deallocate(void* p, size_t bytes) override {
+  void deallocate(void* p, size_t bytes, const Stream&) override {
     if (!p) return;
     record_free(bytes);
     const size_t cls = size_class(bytes);
+    const Device d = Device::cuda(kernels::cuda::current_device());
+    const Stream stream = current_stream(d);
     std::lock_guard<std::mutex> lock(mu_);
-    void*& event = events_[p];
-    if (!event) event = kernels::cuda::event_create(false);
-    kernels::cuda::event_record(event, nullptr);
+    BlockEvent& event = events_[p];
+    if (event.handle && event.device != d.index) { // done (the block was handed out): re-create
+      destroy(event);
+      event = {};
+    }
+    if (!event.handle) event = {kernels::cuda::event_create(false), d.index};
+    kernels::cuda::event_record(event.handle, stream.handle());
     if (cached_ + cls > kMaxCached) { // over the bound: wait for the copies, then release
-      kernels::cuda::event_synchronize(event);
-      kernels::cuda::event_destroy(event);
+      kernels::cuda::event_synchronize(event.handle);
+      destroy(event);
       events_.erase(p);
       kernels::cuda::host_free_pinned(p);
       return;
@@ -174,8 +184,8 @@ public:
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [cls, blocks] : free_)
       for (const Block& b : blocks) {
-        kernels::cuda::event_synchronize(b.event);
-        kernels::cuda::event_destroy(b.event);
+        kernels::cuda::event_synchronize(b.event.handle);
+        destroy(b.event);
         kernels::cuda::host_free_pinned(b.ptr);
       }
     free_.clear();
@@ -195,16 +205,30 @@ private:
     return pow2;
   }
 
+  // A CUDA event and the device it was created on (an event is recorded on that device's streams
+  // only).
+  struct BlockEvent {
+    void* handle = nullptr;
+    int device = -1;
+  };
   struct Block {
     void* ptr;
-    void* event;
+    BlockEvent event;
   };
+  static bool done(const BlockEvent& e) {
+    DeviceGuard on(Device::cuda(e.device));
+    return kernels::cuda::event_done(e.handle);
+  }
+  static void destroy(const BlockEvent& e) {
+    DeviceGuard on(Device::cuda(e.device));
+    kernels::cuda::event_destroy(e.handle);
+  }
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<Block>> free_;
-  std::unordered_map<void*, void*> events_; // blocks in use -> their event (created at first free)
+  std::unordered_map<void*, BlockEvent>
+      events_; // blocks in use -> their event (made at first free)
   size_t cached_ = 0;
 };
-#endif
 
 } // namespace
 
@@ -213,7 +237,6 @@ Allocator& allocator_for(Device d) {
     static CpuAllocator cpu;
     return cpu;
   }
-#if VLM_WITH_CUDA
   static std::mutex mu;
   static std::vector<std::unique_ptr<Allocator>> cuda;
   std::lock_guard<std::mutex> lock(mu);
@@ -222,18 +245,13 @@ Allocator& allocator_for(Device d) {
   if (cuda.size() <= size_t(d.index)) cuda.resize(d.index + 1);
   if (!cuda[d.index]) cuda[d.index] = std::make_unique<CudaAsyncAllocator>(d.index);
   return *cuda[d.index];
-#else
-  VLM_FAIL("device ", d.str(), " requested but ", cuda_device_query());
-#endif
 }
 
 Allocator& pinned_host_allocator() {
-#if VLM_WITH_CUDA
   if (cuda_device_count() > 0) {
     static PinnedHostAllocator pinned;
     return pinned;
   }
-#endif
   return allocator_for(Device::cpu());
 }
 

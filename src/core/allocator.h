@@ -1,13 +1,15 @@
 // Allocators with current/peak accounting of the bytes tensors hold. CPU: 64-byte aligned blocks
 // from a size-class cache (a training step frees and re-allocates the same activation sizes; going
 // back to the OS each time costs page faults on every large buffer). CUDA: stream-ordered
-// cudaMallocAsync on the device's pool (freed blocks stay cached in the pool).
+// cudaMallocAsync on the device's pool (freed blocks stay cached in the pool), each block freed on
+// the stream it was allocated on. No allocator call changes the caller's current device.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 
 #include "src/core/device.h"
+#include "src/core/stream.h"
 
 namespace vlm {
 
@@ -21,8 +23,11 @@ struct MemoryStats {
 class Allocator {
 public:
   virtual ~Allocator() = default;
-  virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* p, size_t bytes) = 0;
+  // A block ordered on `stream` (CUDA: usable by work queued there from now on); it must be freed
+  // with the same stream, after the work of every other stream that used it (Storage does this).
+  // The stream is ignored by host allocators.
+  virtual void* allocate(size_t bytes, const Stream& stream) = 0;
+  virtual void deallocate(void* p, size_t bytes, const Stream& stream) = 0;
   virtual Device device() const = 0;
 
   MemoryStats stats() const {
@@ -46,9 +51,10 @@ private:
 Allocator& allocator_for(Device d);
 
 // Page-locked host memory (device CPU) for batches on their way to a GPU: copies out of it are
-// truly asynchronous. A freed block is reused only after the work queued on the default stream
-// when it was freed has finished, so an H2D copy still reading it is never overwritten. Without a
-// CUDA device this is allocator_for(Device::cpu()).
+// truly asynchronous. A freed block is reused only after the work queued on the current stream of
+// the current CUDA device when it was freed has finished, so an H2D copy still reading it is
+// never overwritten (free a staging tensor under the stream its copy ran on). Without a CUDA
+// device this is allocator_for(Device::cpu()).
 Allocator& pinned_host_allocator();
 
 } // namespace vlm

@@ -1,10 +1,7 @@
 #include "src/core/device.h"
 
+#include "kernels/gpu_runtime.h"
 #include "src/base/check.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
-#endif
 
 namespace vlm {
 
@@ -29,13 +26,8 @@ bool cuda_built() {
 #endif
 }
 
-int cuda_device_count() {
-#if VLM_WITH_CUDA
-  return kernels::cuda::device_count();
-#else
-  return 0;
-#endif
-}
+// A CPU-only build links kernels/no_cuda.cpp: no device, and the query says why.
+int cuda_device_count() { return kernels::cuda::device_count(); }
 
 void check_device_available(Device device, const std::string& setting) {
   VLM_CHECK(device.is_cpu() || (device.index >= 0 && device.index < cuda_device_count()), setting,
@@ -43,20 +35,11 @@ void check_device_available(Device device, const std::string& setting) {
 }
 
 double device_peak_tflops(Device device) {
-#if VLM_WITH_CUDA
   if (device.is_cuda() && device.index < cuda_device_count())
     return kernels::cuda::peak_bf16_tflops(device.index);
-#endif
-  (void)device;
   return 0;
 }
 
-std::string cuda_device_query() {
-#if VLM_WITH_CUDA
-  return kernels::cuda::device_query();
-#else
-  return "no CUDA device: this build has no CUDA backend (configure with -DVLM_CUDA=ON)";
-#endif
-}
+std::string cuda_device_query() { return kernels::cuda::device_query(); }
 
 } // namespace vlm

@@ -1,5 +1,6 @@
-// Devices: CPU or CUDA:n. The CUDA runtime is reached only through kernels/cuda_runtime.h, so
-// this header and everything above it compile with a plain C++ compiler.
+// Devices: CPU or CUDA:n. The CUDA runtime is reached only through kernels/gpu_runtime.h, so
+// this header and everything above it compile with a plain C++ compiler. Streams, events and the
+// current device: src/core/stream.h.
 #pragma once
 
 #include <string>
@@ -32,7 +33,7 @@ void check_device_available(Device device, const std::string& setting);
 bool cuda_built();
 // Number of usable CUDA devices; 0 when built without CUDA or when no device/driver is present.
 int cuda_device_count();
-// Dense bf16 peak TFLOP/s of a device, for MFU (kernels/cuda_runtime.h); 0 for the CPU or an
+// Dense bf16 peak TFLOP/s of a device, for MFU (kernels/gpu_runtime.h); 0 for the CPU or an
 // unknown GPU.
 double device_peak_tflops(Device device);
 // A human-readable description: the devices, or "no CUDA device: <reason>".

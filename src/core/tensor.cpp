@@ -3,26 +3,25 @@
 #include <cstring>
 
 #include "kernels/copy.h"
+#include "kernels/gpu_runtime.h"
 #include "src/core/autograd.h"
+#include "src/core/dispatch.h"
 #include "src/core/ops/shape_ops.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
-#endif
 
 namespace vlm {
 
 Storage::Storage(size_t n, Device d) : Storage(n, allocator_for(d)) {}
 
-Storage::Storage(size_t n, Allocator& a) : nbytes(n), device(a.device()), allocator(&a) {
-  data = allocator->allocate(n);
+Storage::Storage(size_t n, Allocator& a)
+    : nbytes(n), device(a.device()), allocator(&a), stream(current_stream(a.device())) {
+  data = allocator->allocate(n, stream);
 }
 
 Storage::Storage(void* borrowed, size_t n, Device d, std::shared_ptr<void> keep)
     : data(borrowed), nbytes(n), device(d), keepalive(std::move(keep)) {}
 
 Storage::~Storage() {
-  if (allocator) allocator->deallocate(data, nbytes);
+  if (allocator) allocator->deallocate(data, nbytes, stream);
 }
 
 TensorImpl::~TensorImpl() = default;
@@ -56,20 +55,21 @@ Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor t = empty(shape, dtype, Device::cpu());
-  kernels::cpu::fill(t.data_ptr(), dtype, value, t.numel());
-  return device.is_cpu() ? t : t.to(device);
+  Tensor t = empty(shape, dtype, device);
+  dispatch_device(
+      "full", device, [&] { kernels::cpu::fill(t.data_ptr(), dtype, value, t.numel()); },
+      [&](auto stream) { kernels::cuda::fill(t.data_ptr(), dtype, value, t.numel(), stream); });
+  return t;
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (device.is_cpu()) {
-    if (t.nbytes()) std::memset(t.data_ptr(), 0, t.nbytes());
-  } else {
-#if VLM_WITH_CUDA
-    kernels::cuda::memset_async(t.data_ptr(), 0, t.nbytes(), nullptr);
-#endif
-  }
+  dispatch_device(
+      "zeros", device,
+      [&] {
+        if (t.nbytes()) std::memset(t.data_ptr(), 0, t.nbytes());
+      },
+      [&](auto stream) { kernels::cuda::memset_async(t.data_ptr(), 0, t.nbytes(), stream); });
   return t;
 }
 

@@ -14,6 +14,7 @@
 #include "src/base/shape.h"
 #include "src/core/allocator.h"
 #include "src/core/device.h"
+#include "src/core/stream.h"
 
 namespace vlm {
 
@@ -21,12 +22,14 @@ class Node;
 class Tensor;
 
 // Memory owned by an allocator, or borrowed (e.g. a memory-mapped file) and kept alive by
-// `keepalive`.
+// `keepalive`. An allocated block is ordered on the current stream of its device at allocation
+// (`stream`, kept alive with it) and freed on that stream.
 struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device;
   Allocator* allocator = nullptr;
+  Stream stream;
   std::shared_ptr<void> keepalive;
 
   Storage(size_t nbytes, Device device);
@@ -57,11 +60,13 @@ public:
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // --- creation --------------------------------------------------------------------------------
+  // Tensors on a CUDA device are allocated, filled and copied on current_stream(device).
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   // A CPU tensor in page-locked memory (pinned_host_allocator()): copies from it to a GPU are
   // asynchronous. Plain CPU memory when there is no CUDA device.
   static Tensor empty_pinned(const Shape& shape, DType dtype);
+  // `value` converted to dtype as cpu::fill does; on CUDA filled by a kernel (no host copy).
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
                      Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu()) {
@@ -107,7 +112,8 @@ public:
               dtype_name(dtype()), " tensor");
     return static_cast<T*>(data_ptr());
   }
-  // Copies the values (any layout, any device) to host doubles in row-major order.
+  // Copies the values (any layout, any device) to host doubles in row-major order. From a CUDA
+  // tensor this synchronizes the stream it copies on (and throws any deferred device error).
   std::vector<double> to_doubles() const;
   std::vector<float> to_floats() const;
   double item() const;

@@ -7,11 +7,8 @@
 
 #include "kernels/optim.h"
 #include "src/core/autograd.h"
+#include "src/core/dispatch.h"
 #include "src/core/ops/shape_ops.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
-#endif
 
 namespace vlm::optim {
 
@@ -68,20 +65,21 @@ void add_to_batch(std::vector<CudaBatch>& batches, Tensor& p, const Tensor& g, A
   it->keep.push_back(g);
 }
 
+// One multi-tensor launch on the current stream of the batch's device.
 void run_batch(const CudaBatch& b) {
-#if VLM_WITH_CUDA
-  using kernels::cuda::adamw_multi_step;
-  const auto* t = b.tensors.data();
-  const auto n = int64_t(b.tensors.size());
-  if (b.param_dtype == DType::f32)
-    adamw_multi_step<float, float>(t, n, nullptr);
-  else if (b.grad_dtype == DType::bf16)
-    adamw_multi_step<bf16, bf16>(t, n, nullptr);
-  else
-    adamw_multi_step<bf16, float>(t, n, nullptr);
-#else
-  VLM_FAIL("AdamW: this build has no CUDA backend (", b.tensors.size(), " CUDA parameters)");
-#endif
+  dispatch_device(
+      "AdamW", b.device, [] {},
+      [&](auto stream) {
+        using kernels::cuda::adamw_multi_step;
+        const auto* t = b.tensors.data();
+        const auto n = int64_t(b.tensors.size());
+        if (b.param_dtype == DType::f32)
+          adamw_multi_step<float, float>(t, n, stream);
+        else if (b.grad_dtype == DType::bf16)
+          adamw_multi_step<bf16, bf16>(t, n, stream);
+        else
+          adamw_multi_step<bf16, float>(t, n, stream);
+      });
 }
 
 // Runs the kernel for one parameter; the (param, grad) dtype pair picks the instantiation.

@@ -3,48 +3,49 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/gpu_runtime.h"
 #include "kernels/optim.h"
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
+#include "src/core/dispatch.h"
 #include "src/core/ops/elementwise.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
-#endif
 
 namespace vlm::optim {
 
 namespace {
 
 // Sum of squares of every CUDA gradient of one device: each tensor writes its fixed-block fp64
-// partials into one device buffer, one kernel adds them in order, one copy brings the total back
-// (a single synchronization for all tensors). Deterministic: no atomics anywhere.
+// partials into one device buffer, one kernel adds them in order, one copy brings the total back:
+// the single synchronization of the step (on the device's current stream; it also throws any
+// deferred device error). Deterministic: no atomics anywhere.
 double cuda_sum_squares(const std::vector<Tensor>& grads) {
-#if VLM_WITH_CUDA
   if (grads.empty()) return 0.0;
-  int64_t total_partials = 0;
-  for (const auto& g : grads) total_partials += kernels::cuda::sum_squares_num_partials(g.numel());
-  if (total_partials == 0) return 0.0;
-  Tensor partials = Tensor::empty({total_partials + 1}, DType::f64, grads[0].device());
-  double* base = partials.data<double>();
-  int64_t at = 0;
-  for (const auto& g : grads) {
-    if (g.dtype() == DType::f32)
-      kernels::cuda::sum_squares_partials<float>(base + at, g.data<float>(), g.numel(), nullptr);
-    else if (g.dtype() == DType::bf16)
-      kernels::cuda::sum_squares_partials<bf16>(base + at, g.data<bf16>(), g.numel(), nullptr);
-    else
-      VLM_FAIL("grad_norm_squared: CUDA gradients must be f32 or bf16, got ", g.desc());
-    at += kernels::cuda::sum_squares_num_partials(g.numel());
-  }
-  kernels::cuda::sum_doubles(base + total_partials, base, total_partials, nullptr);
-  double total = 0;
-  kernels::cuda::memcpy_d2h(&total, base + total_partials, sizeof total, nullptr);
-  kernels::cuda::stream_synchronize(nullptr);
-  return total;
-#else
-  VLM_FAIL("grad_norm_squared: this build has no CUDA backend");
-#endif
+  const Device device = grads[0].device();
+  return dispatch_device(
+      "grad_norm_squared", device, [] { return 0.0; },
+      [&](auto stream) {
+        int64_t total_partials = 0;
+        for (const auto& g : grads)
+          total_partials += kernels::cuda::sum_squares_num_partials(g.numel());
+        if (total_partials == 0) return 0.0;
+        Tensor partials = Tensor::empty({total_partials + 1}, DType::f64, device);
+        double* base = partials.data<double>();
+        int64_t at = 0;
+        for (const auto& g : grads) {
+          dispatch(
+              "grad_norm_squared", device, g.dtype(), [](auto) {},
+              [&](auto t, void* s) {
+                using T = decltype(t);
+                kernels::cuda::sum_squares_partials<T>(base + at, g.data<T>(), g.numel(), s);
+              });
+          at += kernels::cuda::sum_squares_num_partials(g.numel());
+        }
+        kernels::cuda::sum_doubles(base + total_partials, base, total_partials, stream);
+        double total = 0;
+        kernels::cuda::memcpy_d2h(&total, base + total_partials, sizeof total, stream);
+        current_stream(device).synchronize();
+        return total;
+      });
 }
 
 } // namespace

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_gemm.h"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gemm.h"
+#include "kernels/gpu_runtime.h"
 #include "src/base/dtype.h"
 #include "src/base/rng.h"
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/cuda_runtime.h"
+#include "kernels/gpu_runtime.h"
 #include "src/core/ops.h"
 #include "src/core/ops/attention.h"
 #include "tests/error_of.h"

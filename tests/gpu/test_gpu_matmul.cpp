@@ -1,4 +1,4 @@
-// matmul / linear / linear_from_output on CUDA tensors (cuBLASLt through kernels/cuda_gemm.h)
+// matmul / linear / linear_from_output on CUDA tensors (cuBLASLt through kernels/gemm.h)
 // against the CPU ops on the same inputs, forward and backward. Tolerances (max-norm relative
 // error, max|cuda - cpu| / max|cpu|): f32 1e-5 (both fp32 arithmetic, only the summation order
 // differs); bf16 1e-2 (both accumulate in fp32 and round each output once, so an element differs

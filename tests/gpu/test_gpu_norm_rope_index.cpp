@@ -265,10 +265,16 @@ TEST_CASE("gpu index_add: 70000 sources into few rows, deterministic and equal t
 
 TEST_CASE("gpu index ops: an out-of-range index names its position and value", "[gpu]") {
   require_device();
+  // Checked on the device without a synchronization: reported at the next host read
+  // (tests/gpu/test_gpu_streams.cpp covers the record itself).
   Tensor w = gpu(Tensor::zeros({10, 4}));
   Tensor ids = gpu(Tensor::from_vector(std::vector<int64_t>{1, 2, 10, 3}, {2, 2}));
-  std::string msg = testing::error_of([&] { embedding(w, ids); });
+  std::string msg = testing::error_of([&] { embedding(w, ids).to(Device::cpu()); });
   CHECK_THAT(msg, Catch::Contains("(1, 0)") && Catch::Contains("10"));
   Tensor neg = gpu(Tensor::from_vector(std::vector<int32_t>{0, -1}, {2}));
-  CHECK_THAT(testing::error_of([&] { index_select(w, 0, neg); }), Catch::Contains("-1"));
+  CHECK_THAT(testing::error_of([&] { index_select(w, 0, neg).to_doubles(); }),
+             Catch::Contains("-1"));
+  Tensor src = gpu(Tensor::ones({2, 4}));
+  CHECK_THAT(testing::error_of([&] { index_add(w, 0, neg, src).to_doubles(); }),
+             Catch::Contains("index_add") && Catch::Contains("-1"));
 }

@@ -1,7 +1,6 @@
 #include "src/core/ops/activation.h"
 
 #include "kernels/activation.h"
-#include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 
@@ -32,18 +31,16 @@ struct UnaryBackward final : Node {
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     Tensor dy = g[0].to(x.dtype()).contiguous();
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-      kernels::cuda::unary_bwd(op, x.dtype(), dx.data_ptr(), dy.data_ptr(), x.data_ptr(), x.numel(),
-                               nullptr);
-#else
-      check_cpu(name(), x);
-#endif
-    } else {
-      VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
-        kernels::cpu::unary_bwd<T>(op, dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
-      });
-    }
+    dispatch(
+        name(), x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::unary_bwd<T>(op, dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
+        },
+        [&](auto, void* stream) {
+          kernels::cuda::unary_bwd(op, x.dtype(), dx.data_ptr(), dy.data_ptr(), x.data_ptr(),
+                                   x.numel(), stream);
+        });
     return {dx};
   }
   void release() override { x = Tensor(); }
@@ -54,17 +51,15 @@ Tensor unary(UnaryOp op, const Tensor& x_in) {
   check_float(op_name, "x", x_in);
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::unary_fwd(op, x.dtype(), out.data_ptr(), x.data_ptr(), x.numel(), nullptr);
-#else
-    check_cpu(op_name, x);
-#endif
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), op_name, T, [&] {
-      kernels::cpu::unary_fwd<T>(op, out.data<T>(), x.data<T>(), x.numel());
-    });
-  }
+  dispatch(
+      op_name, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::unary_fwd<T>(op, out.data<T>(), x.data<T>(), x.numel());
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::unary_fwd(op, x.dtype(), out.data_ptr(), x.data_ptr(), x.numel(), stream);
+      });
   check_finite(op_name, out);
   if (needs_grad({&x_in})) {
     auto node = std::make_shared<UnaryBackward>();
@@ -83,21 +78,19 @@ struct SwigluBackward final : Node {
     Tensor dgate, dup;
     if (needs_input_grad(0)) dgate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
     if (needs_input_grad(1)) dup = Tensor::empty(up.shape(), up.dtype(), up.device());
-    if (gate.device().is_cuda()) {
-#if VLM_WITH_CUDA
-      kernels::cuda::swiglu_bwd(gate.dtype(), dgate.defined() ? dgate.data_ptr() : nullptr,
-                                dup.defined() ? dup.data_ptr() : nullptr, dy.data_ptr(),
-                                gate.data_ptr(), up.data_ptr(), gate.numel(), nullptr);
-#else
-      check_cpu("swiglu backward", gate);
-#endif
-    } else {
-      VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu backward", T, [&] {
-        kernels::cpu::swiglu_bwd<T>(dgate.defined() ? dgate.data<T>() : nullptr,
-                                    dup.defined() ? dup.data<T>() : nullptr, dy.data<T>(),
-                                    gate.data<T>(), up.data<T>(), gate.numel());
-      });
-    }
+    dispatch(
+        "swiglu backward", gate.device(), gate.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::swiglu_bwd<T>(dgate.defined() ? dgate.data<T>() : nullptr,
+                                      dup.defined() ? dup.data<T>() : nullptr, dy.data<T>(),
+                                      gate.data<T>(), up.data<T>(), gate.numel());
+        },
+        [&](auto, void* stream) {
+          kernels::cuda::swiglu_bwd(gate.dtype(), dgate.defined() ? dgate.data_ptr() : nullptr,
+                                    dup.defined() ? dup.data_ptr() : nullptr, dy.data_ptr(),
+                                    gate.data_ptr(), up.data_ptr(), gate.numel(), stream);
+        });
     return {dgate, dup};
   }
   void release() override { gate = up = Tensor(); }
@@ -110,18 +103,16 @@ struct SoftmaxBackward final : Node {
     Tensor dy = g[0].to(y.dtype()).contiguous();
     Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
     int64_t cols = y.shape().back(), rows = y.numel() / std::max<int64_t>(cols, 1);
-    if (y.device().is_cuda()) {
-#if VLM_WITH_CUDA
-      kernels::cuda::softmax_bwd(y.dtype(), dx.data_ptr(), dy.data_ptr(), y.data_ptr(), rows, cols,
-                                 nullptr);
-#else
-      check_cpu("softmax backward", y);
-#endif
-    } else {
-      VLM_DISPATCH_FLOAT(y.dtype(), "softmax backward", T, [&] {
-        kernels::cpu::softmax_bwd<T>(dx.data<T>(), dy.data<T>(), y.data<T>(), rows, cols);
-      });
-    }
+    dispatch(
+        "softmax backward", y.device(), y.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::softmax_bwd<T>(dx.data<T>(), dy.data<T>(), y.data<T>(), rows, cols);
+        },
+        [&](auto, void* stream) {
+          kernels::cuda::softmax_bwd(y.dtype(), dx.data_ptr(), dy.data_ptr(), y.data_ptr(), rows,
+                                     cols, stream);
+        });
     return {dx};
   }
   void release() override { y = Tensor(); }
@@ -148,18 +139,16 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
             " vs ", describe("up", up_in));
   Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  if (gate.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::swiglu_fwd(gate.dtype(), out.data_ptr(), gate.data_ptr(), up.data_ptr(),
-                              gate.numel(), nullptr);
-#else
-    check_cpu("swiglu", gate);
-#endif
-  } else {
-    VLM_DISPATCH_FLOAT(gate.dtype(), "swiglu", T, [&] {
-      kernels::cpu::swiglu_fwd<T>(out.data<T>(), gate.data<T>(), up.data<T>(), gate.numel());
-    });
-  }
+  dispatch(
+      "swiglu", gate.device(), gate.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::swiglu_fwd<T>(out.data<T>(), gate.data<T>(), up.data<T>(), gate.numel());
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::swiglu_fwd(gate.dtype(), out.data_ptr(), gate.data_ptr(), up.data_ptr(),
+                                  gate.numel(), stream);
+      });
   check_finite("swiglu", out);
   if (needs_grad({&gate_in, &up_in})) {
     auto node = std::make_shared<SwigluBackward>();
@@ -176,17 +165,15 @@ Tensor softmax(const Tensor& x_in) {
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   int64_t cols = x.shape().back(), rows = x.numel() / std::max<int64_t>(cols, 1);
-  if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::softmax_fwd(x.dtype(), out.data_ptr(), x.data_ptr(), rows, cols, nullptr);
-#else
-    check_cpu("softmax", x);
-#endif
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), "softmax", T, [&] {
-      kernels::cpu::softmax_fwd<T>(out.data<T>(), x.data<T>(), rows, cols);
-    });
-  }
+  dispatch(
+      "softmax", x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::softmax_fwd<T>(out.data<T>(), x.data<T>(), rows, cols);
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::softmax_fwd(x.dtype(), out.data_ptr(), x.data_ptr(), rows, cols, stream);
+      });
   check_finite("softmax", out);
   if (needs_grad({&x_in})) {
     auto node = std::make_shared<SoftmaxBackward>();

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "kernels/attention.h"
-#include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 
@@ -22,7 +21,8 @@ void check_cu_seqlens(const Tensor& cu, int64_t tokens, const Tensor& q) {
   VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2,
             "attention: cu_seqlens must be [B+1] i32 with B >= 1, got ",
             describe("cu_seqlens", cu));
-  check_cpu("attention", cu); // the values are read on the host (the caller moved them here)
+  VLM_CHECK(cu.device().is_cpu(), "attention: cu_seqlens must be on the CPU here, got ",
+            describe("cu_seqlens", cu)); // the values are read on the host
   const Tensor c = cu.contiguous();
   const int32_t* v = c.data<int32_t>();
   const int64_t n = c.size(0);
@@ -46,27 +46,21 @@ struct AttentionBackward final : Node {
     Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
     Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
     Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-    if (q.device().is_cuda()) {
-#if VLM_WITH_CUDA
-      if (q.dtype() == DType::f32)
-        kernels::cuda::attention_bwd<float>(dq.data<float>(), dk.data<float>(), dv.data<float>(),
-                                            g.data<float>(), q.data<float>(), k.data<float>(),
-                                            v.data<float>(), out.data<float>(), lse.data<float>(),
-                                            cu_seqlens.data<int32_t>(), shape, nullptr);
-      else
-        kernels::cuda::attention_bwd<bf16>(dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(),
-                                           g.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
-                                           v.data<bf16>(), out.data<bf16>(), lse.data<float>(),
-                                           cu_seqlens.data<int32_t>(), shape, nullptr);
-#endif
-      return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
-              needs_input_grad(2) ? dv : Tensor()};
-    }
-    VLM_DISPATCH_FLOAT(q.dtype(), "attention backward", T, [&] {
-      kernels::cpu::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
-                                     q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
-                                     lse.data<acc_t<T>>(), cu_seqlens.data<int32_t>(), shape);
-    });
+    dispatch(
+        "attention backward", q.device(), q.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
+                                         q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+                                         lse.data<acc_t<T>>(), cu_seqlens.data<int32_t>(), shape);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
+                                          q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+                                          lse.data<float>(), cu_seqlens.data<int32_t>(), shape,
+                                          stream);
+        });
     return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
             needs_input_grad(2) ? dv : Tensor()};
   }
@@ -106,9 +100,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
               "attention: CUDA supports f32 and bf16, got ", describe("q", q),
               " (f64 runs on CPU)");
     VLM_CHECK(q.size(2) <= 256, "attention: head_dim <= 256 on CUDA, got ", describe("q", q));
-#if !VLM_WITH_CUDA
-    check_cpu("attention", q);
-#endif
   }
 
   kernels::AttentionShape shape;
@@ -123,23 +114,19 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor lse = Tensor::empty({shape.tokens, shape.q_heads}, lse_dtype(q.dtype()), q.device());
-  if (q.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    if (q.dtype() == DType::f32)
-      kernels::cuda::attention_fwd<float>(out.data<float>(), lse.data<float>(), qc.data<float>(),
-                                          kc.data<float>(), vc.data<float>(), cu.data<int32_t>(),
-                                          shape, nullptr);
-    else
-      kernels::cuda::attention_fwd<bf16>(out.data<bf16>(), lse.data<float>(), qc.data<bf16>(),
-                                         kc.data<bf16>(), vc.data<bf16>(), cu.data<int32_t>(),
-                                         shape, nullptr);
-#endif
-  } else {
-    VLM_DISPATCH_FLOAT(q.dtype(), "attention", T, [&] {
-      kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(),
-                                     kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape);
-    });
-  }
+  dispatch(
+      "attention", q.device(), q.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(),
+                                       kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::attention_fwd<T>(out.data<T>(), lse.data<float>(), qc.data<T>(),
+                                        kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape,
+                                        stream);
+      });
   if (needs_grad({&q, &k, &v})) {
     auto node = std::make_shared<AttentionBackward>();
     node->q = qc.detach();

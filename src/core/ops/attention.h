@@ -12,7 +12,7 @@ namespace vlm {
 // Queries attend only within their own document, to every key (causal = false) or to keys at or
 // before them (causal = true). scores = scale · q·k (typically scale = D^-0.5); softmax in fp32
 // (f64 for f64). Returns [T, Hq, D]; differentiable in q, k and v.
-// CUDA: q, k, v on one CUDA device, f32 or bf16, D <= 256 (kernels/cuda/attention.cu, flash
+// CUDA: q, k, v on one CUDA device, f32 or bf16, D <= 256 (kernels/cuda/attention_*.cu, flash
 // style); cu_seqlens may live on the CPU (preferred) or the GPU (copied back, a synchronization).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                  bool causal, double scale);

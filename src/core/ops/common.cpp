@@ -2,6 +2,7 @@
 
 #include "kernels/elementwise.h"
 #include "src/base/env.h"
+#include "src/core/device_errors.h"
 
 namespace vlm::ops_detail {
 
@@ -31,23 +32,21 @@ void check_dim(const char* op, const char* name, const Tensor& t, int64_t ndim) 
   VLM_CHECK(t.dim() == ndim, op, ": ", name, " must have ", ndim, " dims, got ", t.desc());
 }
 
-void check_cpu(const char* op, const Tensor& t) {
-  VLM_CHECK(t.device().is_cpu(), op, ": no CUDA kernel yet for ", t.desc(),
-            " (the CUDA backend lands op by op; run on CPU)");
-}
-
 void check_finite(const char* op, const Tensor& out) {
   if (!out.defined() || !out.device().is_cuda()) return;
   // Read per call (a getenv; CUDA ops cost far more) so tests and tools can switch it.
   if (env_int("VLM_CHECK_FINITE", 0) == 0) return;
   DType t = out.dtype();
   if (t != DType::f32 && t != DType::bf16 && t != DType::f64) return;
-#if VLM_WITH_CUDA
   Tensor c = out.contiguous();
-  int64_t bad = kernels::cuda::count_nonfinite(t, c.data_ptr(), c.numel(), nullptr);
+  const int64_t bad = dispatch_device(
+      "check_finite", out.device(), [] { return int64_t(0); },
+      [&](auto stream) {
+        return kernels::cuda::count_nonfinite(t, c.data_ptr(), c.numel(), stream);
+      });
+  check_device_errors(out.device()); // count_nonfinite synchronized
   VLM_CHECK(bad == 0, "VLM_CHECK_FINITE: ", op, " produced ", bad, " NaN/Inf value",
             bad == 1 ? "" : "s", " in its output ", out.desc());
-#endif
 }
 
 void check_cuda_dtype(const char* op, const Tensor& x) {

@@ -2,7 +2,6 @@
 
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
-#include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/reduce.h"
@@ -50,19 +49,18 @@ Tensor binary(const char* op_name, BinaryOp op, const Tensor& a, const Tensor& b
   Shape shape = broadcast_shapes(op_name, a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   auto layout = broadcast_layout(shape, a, b);
-  if (a.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::binary_fwd(op, a.dtype(), out.data_ptr(), a.data_ptr(), b.data_ptr(), layout,
-                              nullptr);
-    check_finite(op_name, out);
-    return out;
-#endif
-  }
-  check_cpu(op_name, a);
-  VLM_DISPATCH_FLOAT(a.dtype(), op_name, T, [&] {
-    kernels::cpu::binary_fwd<T>(op, out.data<T>(), static_cast<const T*>(a.data_ptr()),
-                                static_cast<const T*>(b.data_ptr()), layout);
-  });
+  dispatch(
+      op_name, a.device(), a.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::binary_fwd<T>(op, out.data<T>(), static_cast<const T*>(a.data_ptr()),
+                                    static_cast<const T*>(b.data_ptr()), layout);
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::binary_fwd(op, a.dtype(), out.data_ptr(), a.data_ptr(), b.data_ptr(), layout,
+                                  stream);
+      });
+  check_finite(op_name, out);
   return out;
 }
 
@@ -166,20 +164,17 @@ Tensor affine(const Tensor& x, double alpha, double beta) {
   check_float("affine", "x", x);
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::affine_fwd(x.dtype(), out.data_ptr(), xc.data_ptr(), alpha, beta, x.numel(),
-                              nullptr);
-    check_finite("affine", out);
-#else
-    check_cpu("affine", x);
-#endif
-  } else {
-    check_cpu("affine", x);
-    VLM_DISPATCH_FLOAT(x.dtype(), "affine", T, [&] {
-      kernels::cpu::affine_fwd<T>(out.data<T>(), xc.data<T>(), alpha, beta, x.numel());
-    });
-  }
+  dispatch(
+      "affine", x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::affine_fwd<T>(out.data<T>(), xc.data<T>(), alpha, beta, x.numel());
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::affine_fwd(x.dtype(), out.data_ptr(), xc.data_ptr(), alpha, beta, x.numel(),
+                                  stream);
+      });
+  check_finite("affine", out);
   if (needs_grad({&x})) {
     auto node = std::make_shared<AffineBackward>();
     node->alpha = alpha;
@@ -196,45 +191,41 @@ void add_(Tensor& dst, const Tensor& src, double alpha) {
   check_same_device("add_", "dst", dst, "src", src);
   VLM_CHECK(dst.is_contiguous(), "add_: dst must be contiguous, got ", dst.desc());
   Tensor s = src.contiguous();
-  if (dst.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::axpy(dst.dtype(), dst.data_ptr(), s.data_ptr(), alpha, dst.numel(), nullptr);
-    return;
-#endif
-  }
-  check_cpu("add_", dst);
-  VLM_DISPATCH_FLOAT(dst.dtype(), "add_", T, [&] {
-    kernels::cpu::axpy<T>(dst.data<T>(), s.data<T>(), alpha, dst.numel());
-  });
+  dispatch(
+      "add_", dst.device(), dst.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::axpy<T>(dst.data<T>(), s.data<T>(), alpha, dst.numel());
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::axpy(dst.dtype(), dst.data_ptr(), s.data_ptr(), alpha, dst.numel(), stream);
+      });
 }
 
 void scale_(Tensor& dst, double s) {
   check_inplace("scale_", dst);
   VLM_CHECK(dst.is_contiguous(), "scale_: dst must be contiguous, got ", dst.desc());
-  if (dst.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::affine_fwd(dst.dtype(), dst.data_ptr(), dst.data_ptr(), s, 0.0, dst.numel(),
-                              nullptr);
-    return;
-#endif
-  }
-  check_cpu("scale_", dst);
-  VLM_DISPATCH_FLOAT(dst.dtype(), "scale_", T, [&] {
-    kernels::cpu::affine_fwd<T>(dst.data<T>(), dst.data<T>(), s, 0.0, dst.numel());
-  });
+  dispatch(
+      "scale_", dst.device(), dst.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::affine_fwd<T>(dst.data<T>(), dst.data<T>(), s, 0.0, dst.numel());
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::affine_fwd(dst.dtype(), dst.data_ptr(), dst.data_ptr(), s, 0.0, dst.numel(),
+                                  stream);
+      });
 }
 
 void fill_(Tensor& dst, double value) {
   check_inplace("fill_", dst);
   VLM_CHECK(dst.is_contiguous(), "fill_: dst must be contiguous, got ", dst.desc());
-  if (dst.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::fill(dst.data_ptr(), dst.dtype(), value, dst.numel(), nullptr);
-    return;
-#endif
-  }
-  check_cpu("fill_", dst);
-  kernels::cpu::fill(dst.data_ptr(), dst.dtype(), value, dst.numel());
+  dispatch_device(
+      "fill_", dst.device(),
+      [&] { kernels::cpu::fill(dst.data_ptr(), dst.dtype(), value, dst.numel()); },
+      [&](auto stream) {
+        kernels::cuda::fill(dst.data_ptr(), dst.dtype(), value, dst.numel(), stream);
+      });
 }
 
 } // namespace vlm

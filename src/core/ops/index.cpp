@@ -3,6 +3,7 @@
 #include "kernels/index.h"
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
+#include "src/core/device_errors.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/shape_ops.h"
 
@@ -42,46 +43,52 @@ std::string position_str(int64_t pos, const Shape& shape) {
   return shape_str(coord);
 }
 
-// Fails naming the first index outside [0, limit): its position in `index` and its value.
+// Checks every index is in [0, limit): naming the first one outside, its position in `index` and
+// its value. On the CPU it fails now; on CUDA a kernel checks without a synchronization and the
+// failure is thrown at the next one (src/core/device_errors.h), while the gather and scatter
+// kernels skip the bad rows (zeros in the output, nothing added).
 void check_in_range(const char* op, const char* name, const Tensor& index, int64_t limit,
                     const char* target_name, const Tensor& target) {
-  int64_t bad = -1;
+  // The failure text, built only when it may be needed (a failure, or a deferred check).
+  auto message = [&]() -> DeviceErrorFormatter {
+    return [op, name, limit, shape = index.shape(),
+            target_text = describe(target_name, target)](int64_t pos, int64_t value) {
+      return detail::str_cat(op, ": ", name, " at position ", position_str(pos, shape), " is ",
+                             value, ", out of range [0, ", limit, ") for ", target_text);
+    };
+  };
   VLM_DISPATCH_INDEX(index.dtype(), op, I, [&] {
-    if (index.device().is_cuda()) {
-#if VLM_WITH_CUDA
-      bad = kernels::cuda::first_out_of_range<I>(index.data<I>(), index.numel(), limit, nullptr);
-#endif
-    } else {
-      bad = kernels::cpu::first_out_of_range<I>(index.data<I>(), index.numel(), limit);
-    }
+    dispatch_device(
+        op, index.device(),
+        [&] {
+          const I* v = index.data<I>();
+          const int64_t bad = kernels::cpu::first_out_of_range<I>(v, index.numel(), limit);
+          if (bad >= 0) VLM_FAIL(message()(bad, int64_t(v[bad])));
+        },
+        [&](auto stream) {
+          kernels::cuda::check_index_range<I>(index.data<I>(), index.numel(), limit,
+                                              register_device_check(message()), stream);
+        });
   });
-  if (bad < 0) return;
-  Tensor host = index.to(Device::cpu()); // the error path only
-  int64_t value =
-      VLM_DISPATCH_INDEX(host.dtype(), op, I, [&] { return int64_t(host.data<I>()[bad]); });
-  VLM_FAIL(op, ": ", name, " at position ", position_str(bad, index.shape()), " is ", value,
-           ", out of range [0, ", limit, ") for ", describe(target_name, target));
 }
 
 // out = x.index_select(dim) on contiguous x and index (no autograd).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Shape& out_shape) {
   DimSplit s = split_at(x.shape(), dim);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  if (x.device().is_cuda()) {
-    with_cuda_type(x.dtype(), "index_select", [&](auto tag) {
-      using T = decltype(tag);
-      VLM_DISPATCH_INDEX(index.dtype(), "index_select", I, [&] {
-        kernels::cuda::index_select<T, I>(out.data<T>(), x.data<T>(), index.data<I>(), s.outer,
-                                          s.dim_size, index.numel(), s.inner, nullptr);
-      });
-    });
-    return out;
-  }
-  VLM_DISPATCH_FLOAT(x.dtype(), "index_select", T, [&] {
-    VLM_DISPATCH_INDEX(index.dtype(), "index_select", I, [&] {
-      kernels::cpu::index_select<T, I>(out.data<T>(), x.data<T>(), index.data<I>(), s.outer,
-                                       s.dim_size, index.numel(), s.inner);
-    });
+  VLM_DISPATCH_INDEX(index.dtype(), "index_select", I, [&] {
+    dispatch(
+        "index_select", x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::index_select<T, I>(out.data<T>(), x.data<T>(), index.data<I>(), s.outer,
+                                           s.dim_size, index.numel(), s.inner);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::index_select<T, I>(out.data<T>(), x.data<T>(), index.data<I>(), s.outer,
+                                            s.dim_size, index.numel(), s.inner, stream);
+        });
   });
   return out;
 }
@@ -89,21 +96,19 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const Shape& ou
 // out[..., index[j], ...] += src[..., j, ...] on contiguous tensors (no autograd).
 void scatter_add_into(Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   DimSplit s = split_at(out.shape(), dim);
-  if (out.device().is_cuda()) {
-    with_cuda_type(out.dtype(), "index_add", [&](auto tag) {
-      using T = decltype(tag);
-      VLM_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
-        kernels::cuda::index_add<T, I>(out.data<T>(), src.data<T>(), index.data<I>(), s.outer,
-                                       s.dim_size, index.numel(), s.inner, nullptr);
-      });
-    });
-    return;
-  }
-  VLM_DISPATCH_FLOAT(out.dtype(), "index_add", T, [&] {
-    VLM_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
-      kernels::cpu::index_add<T, I>(out.data<T>(), src.data<T>(), index.data<I>(), s.outer,
-                                    s.dim_size, index.numel(), s.inner);
-    });
+  VLM_DISPATCH_INDEX(index.dtype(), "index_add", I, [&] {
+    dispatch(
+        "index_add", out.device(), out.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::index_add<T, I>(out.data<T>(), src.data<T>(), index.data<I>(), s.outer,
+                                        s.dim_size, index.numel(), s.inner);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::index_add<T, I>(out.data<T>(), src.data<T>(), index.data<I>(), s.outer,
+                                         s.dim_size, index.numel(), s.inner, stream);
+        });
   });
 }
 

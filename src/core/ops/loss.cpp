@@ -6,15 +6,12 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/gpu_runtime.h"
 #include "kernels/loss.h"
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
+#include "src/core/device_errors.h"
 #include "src/core/ops/common.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_gemm.h"
-#include "kernels/cuda_runtime.h"
-#endif
 
 namespace vlm {
 
@@ -22,67 +19,97 @@ using namespace ops_detail;
 
 namespace {
 
-// Checks every label is in [0, vocab) or ignore_index (naming the first bad row and value) and
-// returns the number of non-ignored rows. On CUDA this synchronizes (the count is needed on the
-// host for the mean).
-int64_t validate_labels(const char* op, const Tensor& labels, int64_t rows, int64_t vocab,
-                        int64_t ignore_index, bool on_cuda, const char* what, const Tensor& t) {
+// The label-range failure text, shared by the immediate CPU check and the deferred CUDA one.
+DeviceErrorFormatter label_error(const char* op, int64_t vocab, const char* what, const Tensor& t,
+                                 int64_t ignore_index) {
+  return [op, vocab, ignore_index, target = describe(what, t)](int64_t row, int64_t value) {
+    return detail::str_cat(op, ": label ", value, " at row ", row, " is out of range [0, ", vocab,
+                           ") for ", target, " (ignore_index ", ignore_index, ")");
+  };
+}
+
+// CPU: checks every label is in [0, vocab) or ignore_index (naming the first bad row and value)
+// and returns the number of non-ignored rows.
+int64_t validate_labels_cpu(const char* op, const Tensor& labels, int64_t rows, int64_t vocab,
+                            int64_t ignore_index, const char* what, const Tensor& t) {
   int64_t num_valid = 0;
-  int64_t bad = -1;
   VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
     const I* lab = labels.data<I>();
-    if (on_cuda) {
-#if VLM_WITH_CUDA
-      bad = kernels::cuda::check_labels<I>(lab, rows, vocab, ignore_index, &num_valid, nullptr);
-#endif
-    } else {
-      bad = kernels::cpu::check_labels<I>(lab, rows, vocab, ignore_index, &num_valid);
-    }
+    const int64_t bad = kernels::cpu::check_labels<I>(lab, rows, vocab, ignore_index, &num_valid);
+    if (bad >= 0) VLM_FAIL(label_error(op, vocab, what, t, ignore_index)(bad, int64_t(lab[bad])));
   });
-  if (bad >= 0) {
-    Tensor host = labels.to(Device::cpu()); // the error path only
-    int64_t value =
-        VLM_DISPATCH_INDEX(host.dtype(), op, I, [&] { return int64_t(host.data<I>()[bad]); });
-    VLM_FAIL(op, ": label ", value, " at row ", bad, " is out of range [0, ", vocab, ") for ",
-             describe(what, t), " (ignore_index ", ignore_index, ")");
-  }
   return num_valid;
 }
 
-// Saves the logits, labels and one logsumexp per row; softmax is recomputed in backward.
+// What the forward hands to the result and to the backward: the 0-dim loss (f32; f64 for f64
+// inputs), the number of counted rows (0-dim i64) and the gradient scale (0-dim f64: 1/num_valid
+// for the mean, 1 for the sum), all on the inputs' device.
+struct LossTotals {
+  Tensor loss, num_valid, scale;
+};
+
+// CPU: rows are summed in a fixed order in double (deterministic, and no f32 drift over long
+// batches); the labels were validated.
+LossTotals reduce_cpu(const Tensor& row_loss, int64_t num_valid, Reduction reduction, DType acc) {
+  double total = 0;
+  for (double v : row_loss.to_doubles()) total += v;
+  double scale = 1.0;
+  if (reduction == Reduction::mean) scale = num_valid > 0 ? 1.0 / double(num_valid) : 0.0;
+  return {Tensor::full({}, total * scale, acc), Tensor::full({}, double(num_valid), DType::i64),
+          Tensor::full({}, scale, DType::f64)};
+}
+
+// CUDA: the same on the device (a fixed-order double sum, kernels/loss.h ce_reduce), so nothing
+// travels to the host; a bad label is reported at the next synchronization. (A template like the
+// other CUDA helpers: only dispatch()'s CUDA bodies instantiate it.)
+template <typename I>
+LossTotals reduce_cuda(const Tensor& row_loss, const Tensor& labels, int64_t vocab,
+                       int64_t ignore_index, Reduction reduction, DeviceErrorFormatter on_error,
+                       void* stream) {
+  const Device d = row_loss.device();
+  LossTotals r{Tensor::empty({}, DType::f32, d), Tensor::empty({}, DType::i64, d),
+               Tensor::empty({}, DType::f64, d)};
+  const int32_t site = register_device_check(std::move(on_error));
+  kernels::cuda::ce_reduce<I>(r.loss.data<float>(), r.num_valid.data<int64_t>(),
+                              r.scale.data<double>(), row_loss.data<float>(), labels.data<I>(),
+                              labels.numel(), vocab, ignore_index, reduction == Reduction::mean,
+                              site, stream);
+  return r;
+}
+
+// Saves the logits, labels and one logsumexp per row; softmax is recomputed in backward by the
+// chunk kernel over the whole vocabulary (chunk = V, v0 = 0).
 struct CrossEntropyBackward final : Node {
   Tensor logits; // [rows, V], contiguous
   Tensor labels; // [rows], contiguous i32/i64
   Tensor lse;    // [rows], f32 (f64 for f64 logits)
+  Tensor scale;  // 0-dim f64: 1/num_valid (mean), 1 (sum), 0 when nothing is valid
   Shape logits_shape;
   int64_t ignore_index = -100;
-  double scale = 1.0; // 1/num_valid (mean), 1 (sum), 0 when nothing is valid
   const char* name() const override { return "CrossEntropyBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     Tensor g_loss = g[0].to(lse.dtype()).contiguous();
     Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
-    int64_t rows = logits.size(0), vocab = logits.size(1);
-    if (logits.device().is_cuda()) {
-      with_cuda_type(logits.dtype(), "cross_entropy backward", [&](auto tag) {
-        using T = decltype(tag);
-        VLM_DISPATCH_INDEX(labels.dtype(), "cross_entropy backward", I, [&] {
-          kernels::cuda::cross_entropy_bwd<T, I>(
-              dlogits.data<T>(), logits.data<T>(), lse.data<float>(), labels.data<I>(),
-              g_loss.data<float>(), scale, rows, vocab, ignore_index, nullptr);
-        });
-      });
-      return {dlogits.as_strided(logits_shape, contiguous_strides(logits_shape), 0)};
-    }
-    VLM_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", T, [&] {
-      VLM_DISPATCH_INDEX(labels.dtype(), "cross_entropy backward", I, [&] {
-        kernels::cpu::cross_entropy_bwd<T, I>(
-            dlogits.data<T>(), logits.data<T>(), lse.data<acc_t<T>>(), labels.data<I>(),
-            g_loss.data<acc_t<T>>(), scale, rows, vocab, ignore_index);
-      });
+    const int64_t rows = logits.size(0), vocab = logits.size(1);
+    VLM_DISPATCH_INDEX(labels.dtype(), name(), I, [&] {
+      dispatch(
+          name(), logits.device(), logits.dtype(),
+          [&](auto t) {
+            using T = decltype(t);
+            kernels::cpu::lce_chunk_bwd<T, I>(
+                dlogits.data<T>(), logits.data<T>(), lse.data<acc_t<T>>(), labels.data<I>(),
+                g_loss.data<acc_t<T>>(), scale.data<double>(), rows, vocab, 0, ignore_index);
+          },
+          [&](auto t, void* stream) {
+            using T = decltype(t);
+            kernels::cuda::lce_chunk_bwd<T, I>(
+                dlogits.data<T>(), logits.data<T>(), lse.data<float>(), labels.data<I>(),
+                g_loss.data<float>(), scale.data<double>(), rows, vocab, 0, ignore_index, stream);
+          });
     });
     return {dlogits.as_strided(logits_shape, contiguous_strides(logits_shape), 0)};
   }
-  void release() override { logits = labels = lse = Tensor(); }
+  void release() override { logits = labels = lse = scale = Tensor(); }
 };
 
 // Both entry points; the loss (mean or sum, per `reduction`) comes back in .loss_sum.
@@ -100,8 +127,7 @@ CrossEntropyResult cross_entropy_impl(const Tensor& logits_in, const Tensor& lab
             shape_str(label_shape), " to match ", describe("logits", logits_in), ", got ",
             describe("labels", labels_in));
   check_same_device(op, "logits", logits_in, "labels", labels_in);
-  const bool on_cuda = logits_in.device().is_cuda();
-  if (on_cuda)
+  if (logits_in.device().is_cuda())
     VLM_CHECK(logits_in.dtype() == DType::f32 || logits_in.dtype() == DType::bf16, op,
               ": CUDA kernels take f32 or bf16 logits, got ", logits_in.desc(),
               " (f64 runs on CPU only)");
@@ -111,50 +137,46 @@ CrossEntropyResult cross_entropy_impl(const Tensor& logits_in, const Tensor& lab
   Tensor logits =
       contiguous_logits.as_strided({rows, vocab}, {vocab, 1}, contiguous_logits.offset());
   Tensor labels = labels_in.contiguous();
-  const int64_t num_valid =
-      validate_labels(op, labels, rows, vocab, ignore_index, on_cuda, "logits", logits_in);
 
   const DType acc = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor row_loss = Tensor::empty({rows}, acc, logits.device());
   Tensor lse = Tensor::empty({rows}, acc, logits.device());
-  if (on_cuda) {
-    with_cuda_type(logits.dtype(), op, [&](auto tag) {
-      using T = decltype(tag);
-      VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
-        kernels::cuda::cross_entropy_fwd<T, I>(row_loss.data<float>(), lse.data<float>(),
-                                               logits.data<T>(), labels.data<I>(), rows, vocab,
-                                               ignore_index, nullptr);
-      });
-    });
-  } else {
-    VLM_DISPATCH_FLOAT(logits.dtype(), op, T, [&] {
-      VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
-        kernels::cpu::cross_entropy_fwd<T, I>(row_loss.data<acc_t<T>>(), lse.data<acc_t<T>>(),
-                                              logits.data<T>(), labels.data<I>(), rows, vocab,
-                                              ignore_index);
-      });
-    });
-  }
-  // Rows are summed in a fixed order in double: deterministic, and no f32 drift over long batches.
-  // (On CUDA the per-row losses come to the host for this: the mean needs num_valid, which the
-  // label check already synchronized for, so this costs one small copy.)
-  double total = 0;
-  for (double v : row_loss.to_doubles()) total += v;
-  double scale = 1.0;
-  if (reduction == Reduction::mean) scale = num_valid > 0 ? 1.0 / double(num_valid) : 0.0;
-  Tensor loss = Tensor::full({}, total * scale, acc, logits_in.device());
+  LossTotals totals;
+  VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
+    dispatch(
+        op, logits.device(), logits.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          const int64_t num_valid =
+              validate_labels_cpu(op, labels, rows, vocab, ignore_index, "logits", logits_in);
+          kernels::cpu::cross_entropy_fwd<T, I>(row_loss.data<acc_t<T>>(), lse.data<acc_t<T>>(),
+                                                logits.data<T>(), labels.data<I>(), rows, vocab,
+                                                ignore_index);
+          totals = reduce_cpu(row_loss, num_valid, reduction, acc);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::cross_entropy_fwd<T, I>(row_loss.data<float>(), lse.data<float>(),
+                                                 logits.data<T>(), labels.data<I>(), rows, vocab,
+                                                 ignore_index, stream);
+          totals =
+              reduce_cuda<I>(row_loss, labels, vocab, ignore_index, reduction,
+                             label_error(op, vocab, "logits", logits_in, ignore_index), stream);
+        });
+  });
+  Tensor loss = totals.loss;
 
   if (needs_grad({&logits_in})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->logits = logits.detach();
     node->labels = labels.detach();
     node->lse = lse;
+    node->scale = totals.scale;
     node->logits_shape = logits_in.shape();
     node->ignore_index = ignore_index;
-    node->scale = scale;
     record(node, {&logits_in}, {&loss});
   }
-  return {loss, num_valid};
+  return {loss, totals.num_valid};
 }
 
 // --- linear_cross_entropy ------------------------------------------------------------------------
@@ -195,7 +217,7 @@ void lce_fwd_cpu(acc_t<T>* row_loss, acc_t<T>* lse, const T* x, const T* w, cons
 
 template <typename T, typename I>
 void lce_bwd_cpu(T* dx, T* dw, const T* x, const T* w, const I* labels, const acc_t<T>* lse,
-                 const acc_t<T>* grad_loss, double scale, const LceShape& s) {
+                 const acc_t<T>* grad_loss, const double* scale, const LceShape& s) {
   using A = acc_t<T>;
   if (s.n == 0) {
     if (dw) std::fill(dw, dw + s.v * s.h, from_acc<T>(A(0)));
@@ -238,44 +260,46 @@ void lce_bwd_cpu(T* dx, T* dw, const T* x, const T* w, const I* labels, const ac
     for (size_t i = 0; i < dx_acc.size(); i++) dx[i] = from_acc<T>(dx_acc[i]);
 }
 
-#if VLM_WITH_CUDA
+// The CUDA helpers are templates reached only from dispatch()'s CUDA bodies, so a CPU-only build
+// never instantiates them.
 template <typename T> kernels::cuda::GemmType gemm_type() {
   return std::is_same_v<T, float> ? kernels::cuda::GemmType::f32 : kernels::cuda::GemmType::bf16;
 }
 
 template <typename T>
-void chunk_logits_cuda(T* logits, const T* x, const T* w, const LceShape& s, int64_t v0,
-                       int64_t c) {
+void chunk_logits_cuda(T* logits, const T* x, const T* w, const LceShape& s, int64_t v0, int64_t c,
+                       void* stream) {
   kernels::cuda::gemm(logits, gemm_type<T>(), x, w + v0 * s.h, gemm_type<T>(), s.n, c, s.h, false,
-                      true, 1.f, 0.f, 1, 0, 0, 0, nullptr);
+                      true, 1.f, 0.f, 1, 0, 0, 0, stream);
 }
 
 template <typename T, typename I>
 void lce_fwd_cuda(float* row_loss, float* lse, const T* x, const T* w, const I* labels,
-                  const LceShape& s, Device device) {
+                  const LceShape& s, Device device, void* stream) {
   if (s.n == 0) return;
   Tensor state = Tensor::zeros({3, s.n}, DType::f32, device); // run_max, run_sum, target
   float* run_max = state.data<float>();
   float* run_sum = run_max + s.n;
   float* target = run_sum + s.n;
-  kernels::cuda::lce_init(run_max, run_sum, s.n, nullptr);
+  kernels::cuda::lce_init(run_max, run_sum, s.n, stream);
   Tensor logits = Tensor::empty({s.n * std::min(s.chunk, s.v)}, dtype_of<T>(), device);
   for (int64_t v0 = 0; v0 < s.v; v0 += s.chunk) {
     const int64_t c = std::min(s.chunk, s.v - v0);
-    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, v0, c);
+    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, v0, c, stream);
     kernels::cuda::lce_chunk_fwd<T, I>(run_max, run_sum, target, logits.data<T>(), labels, s.n, c,
-                                       v0, s.ignore_index, nullptr);
+                                       v0, s.ignore_index, stream);
   }
   kernels::cuda::lce_finish<I>(row_loss, lse, run_max, run_sum, target, labels, s.n, s.ignore_index,
-                               nullptr);
+                               stream);
 }
 
 template <typename T, typename I>
 void lce_bwd_cuda(T* dx, T* dw, const T* x, const T* w, const I* labels, const float* lse,
-                  const float* grad_loss, double scale, const LceShape& s, Device device) {
+                  const float* grad_loss, const double* scale, const LceShape& s, Device device,
+                  void* stream) {
   using kernels::cuda::GemmType;
   if (s.n == 0) {
-    if (dw) kernels::cuda::memset_async(dw, 0, size_t(s.v * s.h) * sizeof(T), nullptr);
+    if (dw) kernels::cuda::memset_async(dw, 0, size_t(s.v * s.h) * sizeof(T), stream);
     return;
   }
   const int64_t cmax = std::min(s.chunk, s.v);
@@ -294,25 +318,24 @@ void lce_bwd_cuda(T* dx, T* dw, const T* x, const T* w, const I* labels, const f
   }
   for (int64_t v0 = 0; v0 < s.v; v0 += s.chunk) {
     const int64_t c = std::min(s.chunk, s.v - v0);
-    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, v0, c);
+    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, v0, c, stream);
     kernels::cuda::lce_chunk_bwd<T, I>(dl.data<T>(), logits.data<T>(), lse, labels, grad_loss,
-                                       scale, s.n, c, v0, s.ignore_index, nullptr);
+                                       scale, s.n, c, v0, s.ignore_index, stream);
     if (dw)
       kernels::cuda::gemm(dw + v0 * s.h, gemm_type<T>(), dl.data<T>(), x, gemm_type<T>(), c, s.h,
-                          s.n, true, false, 1.f, 0.f, 1, 0, 0, 0, nullptr);
+                          s.n, true, false, 1.f, 0.f, 1, 0, 0, 0, stream);
     if (dx)
       kernels::cuda::gemm(acc, GemmType::f32, dl.data<T>(), w + v0 * s.h, gemm_type<T>(), s.n, s.h,
-                          c, false, false, 1.f, v0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, nullptr);
+                          c, false, false, 1.f, v0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, stream);
   }
   if constexpr (!std::is_same_v<T, float>)
-    if (dx) kernels::cuda::round_to_bf16(dx, acc, s.n * s.h, nullptr);
+    if (dx) kernels::cuda::round_to_bf16(dx, acc, s.n * s.h, stream);
 }
-#endif
 
 struct LinearCrossEntropyBackward final : Node {
   Tensor x, weight, labels, lse; // contiguous, no history
+  Tensor scale;                  // 0-dim f64, as CrossEntropyBackward's
   LceShape shape;
-  double scale = 1.0;
   const char* name() const override { return "LinearCrossEntropyBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     Tensor g_loss = g[0].to(lse.dtype()).contiguous();
@@ -323,29 +346,25 @@ struct LinearCrossEntropyBackward final : Node {
       using T = decltype(tag);
       return t.defined() ? t.data<T>() : nullptr;
     };
-    if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-      with_cuda_type(x.dtype(), name(), [&](auto tag) {
-        using T = decltype(tag);
-        VLM_DISPATCH_INDEX(labels.dtype(), name(), I, [&] {
-          lce_bwd_cuda<T, I>(out(dx, tag), out(dw, tag), x.data<T>(), weight.data<T>(),
-                             labels.data<I>(), lse.data<float>(), g_loss.data<float>(), scale,
-                             shape, x.device());
-        });
-      });
-#endif
-    } else {
-      VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
-        VLM_DISPATCH_INDEX(labels.dtype(), name(), I, [&] {
-          lce_bwd_cpu<T, I>(out(dx, T{}), out(dw, T{}), x.data<T>(), weight.data<T>(),
-                            labels.data<I>(), lse.data<acc_t<T>>(), g_loss.data<acc_t<T>>(), scale,
-                            shape);
-        });
-      });
-    }
+    VLM_DISPATCH_INDEX(labels.dtype(), name(), I, [&] {
+      dispatch(
+          name(), x.device(), x.dtype(),
+          [&](auto t) {
+            using T = decltype(t);
+            lce_bwd_cpu<T, I>(out(dx, t), out(dw, t), x.data<T>(), weight.data<T>(),
+                              labels.data<I>(), lse.data<acc_t<T>>(), g_loss.data<acc_t<T>>(),
+                              scale.data<double>(), shape);
+          },
+          [&](auto t, void* stream) {
+            using T = decltype(t);
+            lce_bwd_cuda<T, I>(out(dx, t), out(dw, t), x.data<T>(), weight.data<T>(),
+                               labels.data<I>(), lse.data<float>(), g_loss.data<float>(),
+                               scale.data<double>(), shape, x.device(), stream);
+          });
+    });
     return {dx, dw};
   }
-  void release() override { x = weight = labels = lse = Tensor(); }
+  void release() override { x = weight = labels = lse = scale = Tensor(); }
 };
 
 } // namespace
@@ -369,8 +388,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
             describe("labels", labels_in));
   check_same_device(op, "x", x_in, "labels", labels_in);
   VLM_CHECK(vocab_chunk > 0, op, ": vocab_chunk must be > 0, got ", vocab_chunk);
-  const bool on_cuda = x_in.device().is_cuda();
-  if (on_cuda)
+  if (x_in.device().is_cuda())
     VLM_CHECK(x_in.dtype() == DType::f32 || x_in.dtype() == DType::bf16, op,
               ": CUDA kernels take f32 or bf16, got ", x_in.desc(), " (f64 runs on CPU only)");
 
@@ -387,43 +405,38 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   s.v = weight.size(0);
   s.chunk = std::min(vocab_chunk, s.v);
   s.ignore_index = ignore_index;
-  const int64_t num_valid =
-      validate_labels(op, labels, s.n, s.v, ignore_index, on_cuda, "weight", weight_in);
-
   const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor row_loss = Tensor::empty({s.n}, acc, x.device());
   Tensor lse = Tensor::empty({s.n}, acc, x.device());
-  if (on_cuda) {
-#if VLM_WITH_CUDA
-    with_cuda_type(x.dtype(), op, [&](auto tag) {
-      using T = decltype(tag);
-      VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
-        lce_fwd_cuda<T, I>(row_loss.data<float>(), lse.data<float>(), x.data<T>(), weight.data<T>(),
-                           labels.data<I>(), s, x.device());
-      });
-    });
-#endif
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-      VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
-        lce_fwd_cpu<T, I>(row_loss.data<acc_t<T>>(), lse.data<acc_t<T>>(), x.data<T>(),
-                          weight.data<T>(), labels.data<I>(), s);
-      });
-    });
-  }
-  double total = 0; // fixed order in double, as cross_entropy
-  for (double v : row_loss.to_doubles()) total += v;
-  double scale = 1.0;
-  if (reduction == Reduction::mean) scale = num_valid > 0 ? 1.0 / double(num_valid) : 0.0;
-  Tensor loss = Tensor::full({}, total * scale, acc, x_in.device());
+  LossTotals totals;
+  VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
+    dispatch(
+        op, x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          const int64_t num_valid =
+              validate_labels_cpu(op, labels, s.n, s.v, ignore_index, "weight", weight_in);
+          lce_fwd_cpu<T, I>(row_loss.data<acc_t<T>>(), lse.data<acc_t<T>>(), x.data<T>(),
+                            weight.data<T>(), labels.data<I>(), s);
+          totals = reduce_cpu(row_loss, num_valid, reduction, acc); // fixed order, as cross_entropy
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          lce_fwd_cuda<T, I>(row_loss.data<float>(), lse.data<float>(), x.data<T>(),
+                             weight.data<T>(), labels.data<I>(), s, x.device(), stream);
+          totals = reduce_cuda<I>(row_loss, labels, s.v, ignore_index, reduction,
+                                  label_error(op, s.v, "weight", weight_in, ignore_index), stream);
+        });
+  });
+  Tensor loss = totals.loss;
   if (needs_grad({&x_in, &weight_in})) {
     auto node = std::make_shared<LinearCrossEntropyBackward>();
     node->x = x;
     node->weight = weight;
     node->labels = labels;
     node->lse = lse;
+    node->scale = totals.scale;
     node->shape = s;
-    node->scale = scale;
     record(node, {&x_in, &weight_in}, {&loss});
   }
   return loss;

@@ -14,18 +14,23 @@ enum class Reduction : uint8_t { mean, sum };
 // f32 (f64 for f64 logits). Tokens whose label == ignore_index contribute nothing; any other label
 // outside [0, V) is an error naming the row and value.
 //   mean: sum over valid tokens / number of valid tokens;  sum: the plain sum.
-// Returns a 0-dim f32 tensor (f64 for f64 logits). The gradient w.r.t. logits comes back in the
-// logits' dtype; ignored rows get zeros.
+// The tokens are summed in double in a fixed order. Returns a 0-dim f32 tensor (f64 for f64
+// logits) on the logits' device. The gradient w.r.t. logits comes back in the logits' dtype;
+// ignored rows get zeros.
 // If every label is ignored, the mean is 0 with zero gradients (torch returns NaN): a fully masked
 // micro-batch must not poison training.
+// On CUDA nothing synchronizes (no value travels to the host: the sum, the count and the mean's
+// 1/count stay on the device), and a bad label is thrown at the next synchronization
+// (src/core/device_errors.h); on the CPU it is thrown at once.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::mean);
 
 // For gradient accumulation across micro-batches: the summed loss (reduction sum) and the number
-// of non-ignored tokens, so the caller can divide by the global count.
+// of non-ignored tokens, so the caller can divide by the global count. num_valid is a 0-dim i64
+// tensor on the logits' device (read it with item(), which synchronizes on CUDA).
 struct CrossEntropyResult {
   Tensor loss_sum;
-  int64_t num_valid = 0;
+  Tensor num_valid;
 };
 CrossEntropyResult cross_entropy_sum(const Tensor& logits, const Tensor& labels,
                                      int64_t ignore_index = -100);
@@ -37,8 +42,9 @@ CrossEntropyResult cross_entropy_sum(const Tensor& logits, const Tensor& labels,
 // them) are merged into a running per-row logsumexp in fp32 (f64 for f64), and the backward
 // recomputes them chunk by chunk (dx accumulated in fp32 and rounded once, dweight written chunk
 // by chunk). x: [N, H]; weight: [V, H] (HF layout; tied embeddings pass the embedding matrix);
-// labels: [N] i32/i64. Same dtype/device rules as linear and cross_entropy (CUDA: f32/bf16).
-// Returns the 0-dim loss (f32; f64 for f64); differentiable in x and weight.
+// labels: [N] i32/i64. Same dtype/device rules as linear and cross_entropy (CUDA: f32/bf16, no
+// synchronization, deferred label checks). Returns the 0-dim loss (f32; f64 for f64) on x's
+// device; differentiable in x and weight.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& labels,
                             int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
                             int64_t vocab_chunk = 8192);

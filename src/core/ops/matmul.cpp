@@ -1,12 +1,9 @@
 #include "src/core/ops/matmul.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/gemm.h"
-#if VLM_WITH_CUDA
-#include "kernels/cuda_gemm.h"
-#endif
-#include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/reduce.h"
@@ -21,29 +18,23 @@ namespace {
 
 thread_local LinearInterceptor* t_linear_interceptor = nullptr;
 
-#if VLM_WITH_CUDA
-kernels::cuda::GemmType cuda_gemm_type(const char* op, const Tensor& t) {
-  VLM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, op,
-            ": CUDA GEMM supports f32 and bf16 only, got ", t.desc(), " (f64 runs on CPU)");
-  return t.dtype() == DType::f32 ? kernels::cuda::GemmType::f32 : kernels::cuda::GemmType::bf16;
-}
-#endif
-
 // c = op(a) op(b) + beta * c on contiguous tensors of one dtype and device. On CUDA through
-// cuBLASLt (kernels/cuda_gemm.h): fp32 accumulation, each output rounded to the dtype once.
+// cuBLASLt (kernels/gemm.h): fp32 accumulation, each output rounded to the dtype once.
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmShape& s, float beta = 0.f) {
-  if (a.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    const auto t = cuda_gemm_type("matmul", a);
-    kernels::cuda::gemm(c.data_ptr(), t, a.data_ptr(), b.data_ptr(), t, s.M, s.N, s.K, s.trans_a,
-                        s.trans_b, 1.f, beta, s.batch, s.stride_a, s.stride_b, s.stride_c, nullptr);
-    return;
-#endif
-  }
-  check_cpu("matmul", a);
-  VLM_DISPATCH_FLOAT(a.dtype(), "matmul", T, [&] {
-    kernels::cpu::gemm<T>(c.data<T>(), a.data<T>(), b.data<T>(), s, 1.f, beta);
-  });
+  dispatch(
+      "matmul", a.device(), a.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::gemm<T>(c.data<T>(), a.data<T>(), b.data<T>(), s, 1.f, beta);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        const auto type =
+            std::is_same_v<T, float> ? kernels::cuda::GemmType::f32 : kernels::cuda::GemmType::bf16;
+        kernels::cuda::gemm(c.data_ptr(), type, a.data_ptr(), b.data_ptr(), type, s.M, s.N, s.K,
+                            s.trans_a, s.trans_b, 1.f, beta, s.batch, s.stride_a, s.stride_b,
+                            s.stride_c, stream);
+      });
 }
 
 GemmShape mm(int64_t M, int64_t N, int64_t K, bool ta = false, bool tb = false) {

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "kernels/norm.h"
-#include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 
@@ -74,20 +73,20 @@ struct RmsNormBackward final : Node {
     Tensor dy = grad_like(name(), grads[0], x);
     Tensor dx = empty_if(needs_input_grad(0), x);
     Tensor dw = empty_if(weight.defined() && needs_input_grad(1), weight);
-    if (x.device().is_cuda()) {
-      with_cuda_type(x.dtype(), name(), [&](auto tag) {
-        using T = decltype(tag);
-        kernels::cuda::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
-                                       ptr_or_null<T>(weight), rstd.data<float>(), mode, rows_of(x),
-                                       x.size(-1), nullptr);
-      });
-      return {dx, dw};
-    }
-    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
-      kernels::cpu::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
-                                    ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), mode, rows_of(x),
-                                    x.size(-1));
-    });
+    dispatch(
+        name(), x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
+                                        ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), mode,
+                                        rows_of(x), x.size(-1));
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::rms_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
+                                         ptr_or_null<T>(weight), rstd.data<float>(), mode,
+                                         rows_of(x), x.size(-1), stream);
+        });
     return {dx, dw};
   }
   void release() override { x = weight = rstd = Tensor(); }
@@ -101,20 +100,21 @@ struct RmsNormGatedBackward final : Node {
     Tensor dx = empty_if(needs_input_grad(0), x);
     Tensor dz = empty_if(needs_input_grad(1), z);
     Tensor dw = empty_if(weight.defined() && needs_input_grad(2), weight);
-    if (x.device().is_cuda()) {
-      with_cuda_type(x.dtype(), name(), [&](auto tag) {
-        using T = decltype(tag);
-        kernels::cuda::rms_norm_gated_bwd<T>(
-            out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw), dy.data<T>(), x.data<T>(), z.data<T>(),
-            ptr_or_null<T>(weight), rstd.data<float>(), rows_of(x), x.size(-1), nullptr);
-      });
-      return {dx, dz, dw};
-    }
-    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
-      kernels::cpu::rms_norm_gated_bwd<T>(
-          out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw), dy.data<T>(), x.data<T>(), z.data<T>(),
-          ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), rows_of(x), x.size(-1));
-    });
+    dispatch(
+        name(), x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::rms_norm_gated_bwd<T>(
+              out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw), dy.data<T>(), x.data<T>(),
+              z.data<T>(), ptr_or_null<T>(weight), rstd.data<acc_t<T>>(), rows_of(x), x.size(-1));
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::rms_norm_gated_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dz), out_ptr<T>(dw),
+                                               dy.data<T>(), x.data<T>(), z.data<T>(),
+                                               ptr_or_null<T>(weight), rstd.data<float>(),
+                                               rows_of(x), x.size(-1), stream);
+        });
     return {dx, dz, dw};
   }
   void release() override { x = z = weight = rstd = Tensor(); }
@@ -133,21 +133,22 @@ struct LayerNormBackward final : Node {
                     : Tensor();
     Tensor db =
         has_bias && needs_input_grad(2) ? Tensor::empty({dim}, x.dtype(), x.device()) : Tensor();
-    if (x.device().is_cuda()) {
-      with_cuda_type(x.dtype(), name(), [&](auto tag) {
-        using T = decltype(tag);
-        kernels::cuda::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db),
-                                         dy.data<T>(), x.data<T>(), ptr_or_null<T>(weight),
-                                         mean.data<float>(), rstd.data<float>(), rows_of(x), dim,
-                                         nullptr);
-      });
-      return {dx, dw, db};
-    }
-    VLM_DISPATCH_FLOAT(x.dtype(), name(), T, [&] {
-      kernels::cpu::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db), dy.data<T>(),
-                                      x.data<T>(), ptr_or_null<T>(weight), mean.data<acc_t<T>>(),
-                                      rstd.data<acc_t<T>>(), rows_of(x), dim);
-    });
+    dispatch(
+        name(), x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db),
+                                          dy.data<T>(), x.data<T>(), ptr_or_null<T>(weight),
+                                          mean.data<acc_t<T>>(), rstd.data<acc_t<T>>(), rows_of(x),
+                                          dim);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::layer_norm_bwd<T>(out_ptr<T>(dx), out_ptr<T>(dw), out_ptr<T>(db),
+                                           dy.data<T>(), x.data<T>(), ptr_or_null<T>(weight),
+                                           mean.data<float>(), rstd.data<float>(), rows_of(x), dim,
+                                           stream);
+        });
     return {dx, dw, db};
   }
   void release() override { x = weight = mean = rstd = Tensor(); }
@@ -164,19 +165,19 @@ Tensor rms_norm_impl(const char* op, const Tensor& x, const Tensor& weight, doub
   Tensor xc = plain(x), wc = plain(weight);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  if (x.device().is_cuda()) {
-    with_cuda_type(x.dtype(), op, [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cuda::rms_norm_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
-                                     ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps,
-                                     nullptr);
-    });
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-      kernels::cpu::rms_norm_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
-                                    ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps);
-    });
-  }
+  dispatch(
+      op, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::rms_norm_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                      ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::rms_norm_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
+                                       ptr_or_null<T>(wc), mode, rows_of(x), x.size(-1), eps,
+                                       stream);
+      });
   if (needs_grad({&x, &weight})) {
     auto node = std::make_shared<RmsNormBackward>();
     node->x = xc;
@@ -208,20 +209,20 @@ Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, do
   Tensor xc = plain(x), zc = plain(z), wc = plain(weight);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  if (x.device().is_cuda()) {
-    with_cuda_type(x.dtype(), op, [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cuda::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
-                                           zc.data<T>(), ptr_or_null<T>(wc), rows_of(x), x.size(-1),
-                                           eps, nullptr);
-    });
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-      kernels::cpu::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
-                                          zc.data<T>(), ptr_or_null<T>(wc), rows_of(x), x.size(-1),
-                                          eps);
-    });
-  }
+  dispatch(
+      op, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                            zc.data<T>(), ptr_or_null<T>(wc), rows_of(x),
+                                            x.size(-1), eps);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::rms_norm_gated_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
+                                             zc.data<T>(), ptr_or_null<T>(wc), rows_of(x),
+                                             x.size(-1), eps, stream);
+      });
   if (needs_grad({&x, &z, &weight})) {
     auto node = std::make_shared<RmsNormGatedBackward>();
     node->x = xc;
@@ -243,20 +244,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
   Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  if (x.device().is_cuda()) {
-    with_cuda_type(x.dtype(), op, [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cuda::layer_norm_fwd<T>(out.data<T>(), mean.data<float>(), rstd.data<float>(),
-                                       xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
-                                       rows_of(x), x.size(-1), eps, nullptr);
-    });
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-      kernels::cpu::layer_norm_fwd<T>(out.data<T>(), mean.data<acc_t<T>>(), rstd.data<acc_t<T>>(),
-                                      xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
-                                      rows_of(x), x.size(-1), eps);
-    });
-  }
+  dispatch(
+      op, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::layer_norm_fwd<T>(out.data<T>(), mean.data<acc_t<T>>(), rstd.data<acc_t<T>>(),
+                                        xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
+                                        rows_of(x), x.size(-1), eps);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::layer_norm_fwd<T>(out.data<T>(), mean.data<float>(), rstd.data<float>(),
+                                         xc.data<T>(), ptr_or_null<T>(wc), ptr_or_null<T>(bc),
+                                         rows_of(x), x.size(-1), eps, stream);
+      });
   if (needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LayerNormBackward>();
     node->x = xc;

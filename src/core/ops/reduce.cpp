@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "kernels/elementwise.h"
-#include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/elementwise.h"
@@ -61,18 +60,15 @@ Tensor reduce_impl(const char* op, const Tensor& x, std::vector<int64_t> dims, b
       perm.strides[k++] = l.strides[d];
     }
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::sum_fwd(x.dtype(), out.data_ptr(), x.data_ptr(), perm, kept, nullptr);
-#else
-    check_cpu(op, x);
-#endif
-  } else {
-    check_cpu(op, x);
-    VLM_DISPATCH_FLOAT(x.dtype(), op, T, [&] {
-      kernels::cpu::sum_fwd<T>(out.data<T>(), static_cast<const T*>(x.data_ptr()), perm, kept);
-    });
-  }
+  dispatch(
+      op, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::sum_fwd<T>(out.data<T>(), static_cast<const T*>(x.data_ptr()), perm, kept);
+      },
+      [&](auto, void* stream) {
+        kernels::cuda::sum_fwd(x.dtype(), out.data_ptr(), x.data_ptr(), perm, kept, stream);
+      });
   double factor = is_mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
   if (is_mean) {
     NoGradGuard no_grad;

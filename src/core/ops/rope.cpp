@@ -36,17 +36,17 @@ struct RopeBackward final : Node {
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     Tensor g = grads[0].contiguous();
     Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
-    if (g.device().is_cuda()) {
-      with_cuda_type(g.dtype(), "rope backward", [&](auto tag) {
-        using T = decltype(tag);
-        kernels::cuda::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape,
-                                   nullptr);
-      });
-      return {dx};
-    }
-    VLM_DISPATCH_FLOAT(g.dtype(), "rope backward", T, [&] {
-      kernels::cpu::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape);
-    });
+    dispatch(
+        "rope backward", g.device(), g.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::rope_bwd<T>(dx.data<T>(), g.data<T>(), cos.data<T>(), sin.data<T>(), shape,
+                                     stream);
+        });
     return {dx};
   }
   void release() override { cos = sin = Tensor(); }
@@ -72,22 +72,22 @@ RopeTables rope_tables(const Tensor& position_ids, int64_t rotary_dim, double th
   t.rotary_dim = rotary_dim;
   t.cos = Tensor::empty({tokens, rotary_dim / 2}, dtype, position_ids.device());
   t.sin = Tensor::empty({tokens, rotary_dim / 2}, dtype, position_ids.device());
-  if (position_ids.device().is_cuda()) {
-    Tensor positions = position_ids.contiguous();
-    with_cuda_type(dtype, "rope_tables", [&](auto tag) {
-      using T = decltype(tag);
-      VLM_DISPATCH_INDEX(positions.dtype(), "rope_tables", I, [&] {
-        kernels::cuda::rope_cos_sin<T, I>(t.cos.data<T>(), t.sin.data<T>(), positions.data<I>(),
-                                          tokens, rotary_dim, theta, nullptr);
+  dispatch(
+      "rope_tables", position_ids.device(), dtype,
+      [&](auto tag) {
+        using T = decltype(tag);
+        Tensor positions = position_ids.to(DType::i64).contiguous();
+        kernels::cpu::rope_cos_sin<T>(t.cos.data<T>(), t.sin.data<T>(), positions.data<int64_t>(),
+                                      tokens, rotary_dim, theta);
+      },
+      [&](auto tag, void* stream) {
+        using T = decltype(tag);
+        Tensor positions = position_ids.contiguous(); // the kernel reads i32 or i64
+        VLM_DISPATCH_INDEX(positions.dtype(), "rope_tables", I, [&] {
+          kernels::cuda::rope_cos_sin<T, I>(t.cos.data<T>(), t.sin.data<T>(), positions.data<I>(),
+                                            tokens, rotary_dim, theta, stream);
+        });
       });
-    });
-    return t;
-  }
-  Tensor positions = position_ids.to(DType::i64).contiguous();
-  VLM_DISPATCH_FLOAT(dtype, "rope_tables", T, [&] {
-    kernels::cpu::rope_cos_sin<T>(t.cos.data<T>(), t.sin.data<T>(), positions.data<int64_t>(),
-                                  tokens, rotary_dim, theta);
-  });
   return t;
 }
 
@@ -112,17 +112,17 @@ Tensor rope(const Tensor& x, const RopeTables& tables) {
   Tensor xc = x.contiguous(), cos = tables.cos.contiguous(), sin = tables.sin.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const kernels::RopeShape shape = rope_shape(x, rotary_dim);
-  if (x.device().is_cuda()) {
-    with_cuda_type(x.dtype(), "rope", [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cuda::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape,
-                                 nullptr);
-    });
-  } else {
-    VLM_DISPATCH_FLOAT(x.dtype(), "rope", T, [&] {
-      kernels::cpu::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape);
-    });
-  }
+  dispatch(
+      "rope", x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::rope_fwd<T>(out.data<T>(), xc.data<T>(), cos.data<T>(), sin.data<T>(), shape,
+                                   stream);
+      });
   if (needs_grad({&x})) {
     auto node = std::make_shared<RopeBackward>();
     node->cos = cos.detach();

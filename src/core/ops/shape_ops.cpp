@@ -4,14 +4,12 @@
 #include <numeric>
 
 #include "kernels/copy.h"
+#include "kernels/gpu_runtime.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/reduce.h"
-
-#if VLM_WITH_CUDA
-#include "kernels/cuda_runtime.h"
-#endif
+#include "src/core/stream.h"
 
 namespace vlm {
 
@@ -93,27 +91,62 @@ Tensor make_view(const Tensor& x, Tensor view, std::shared_ptr<NodeT> node) {
   return view;
 }
 
+// dst = src for contiguous tensors of the same shape and dtype on different devices, each copy on
+// a current stream: host -> device on the destination's, device -> host on the source's (then
+// that stream alone is synchronized, and its deferred device errors thrown), device -> device on
+// the destination's, ordered after the source's work by an event and back again so the source's
+// stream does not reuse the source's memory before the copy has read it.
+void copy_between_devices(Tensor& dst, const Tensor& src) {
+  const Device from = src.device(), to = dst.device();
+  if (from.is_cpu()) {
+    dispatch_device(
+        "to_device", to, [] {},
+        [&](auto stream) {
+          kernels::cuda::memcpy_h2d(dst.data_ptr(), src.data_ptr(), src.nbytes(), stream);
+        });
+  } else if (to.is_cpu()) {
+    dispatch_device(
+        "to_device", from, [] {},
+        [&](auto stream) {
+          kernels::cuda::memcpy_d2h(dst.data_ptr(), src.data_ptr(), src.nbytes(), stream);
+        });
+    current_stream(from).synchronize();
+  } else {
+    const Stream src_stream = current_stream(from), dst_stream = current_stream(to);
+    Event src_ready, copied;
+    src_ready.record(src_stream);
+    dst_stream.wait(src_ready);
+    dispatch_device(
+        "to_device", to, [] {},
+        [&](auto stream) {
+          kernels::cuda::memcpy_d2d(dst.data_ptr(), src.data_ptr(), src.nbytes(), stream);
+        });
+    copied.record(dst_stream);
+    src_stream.wait(copied);
+  }
+}
+
 } // namespace
 
 Tensor copy(const Tensor& x) {
   check_defined("copy", "x", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cpu()) {
-    if (x.is_contiguous())
-      std::memcpy(out.data_ptr(), x.data_ptr(), x.nbytes());
-    else
-      kernels::cpu::copy_strided(out.data_ptr(), x.data_ptr(), x.element_size(), strided_layout(x));
-  } else {
-#if VLM_WITH_CUDA
-    if (x.is_contiguous())
-      kernels::cuda::memcpy_d2d(out.data_ptr(), x.data_ptr(), x.nbytes(), nullptr);
-    else
-      kernels::cuda::copy_strided(out.data_ptr(), x.data_ptr(), x.element_size(), strided_layout(x),
-                                  nullptr);
-#else
-    check_cpu("copy", x);
-#endif
-  }
+  dispatch_device(
+      "copy", x.device(),
+      [&] {
+        if (x.is_contiguous())
+          std::memcpy(out.data_ptr(), x.data_ptr(), x.nbytes());
+        else
+          kernels::cpu::copy_strided(out.data_ptr(), x.data_ptr(), x.element_size(),
+                                     strided_layout(x));
+      },
+      [&](auto stream) {
+        if (x.is_contiguous())
+          kernels::cuda::memcpy_d2d(out.data_ptr(), x.data_ptr(), x.nbytes(), stream);
+        else
+          kernels::cuda::copy_strided(out.data_ptr(), x.data_ptr(), x.element_size(),
+                                      strided_layout(x), stream);
+      });
   if (needs_grad({&x})) record(std::make_shared<IdentityBackward>(), {&x}, {&out});
   return out;
 }
@@ -122,16 +155,13 @@ Tensor cast(const Tensor& x, DType dtype) {
   check_defined("cast", "x", x);
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  if (x.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    kernels::cuda::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel(), nullptr);
-    check_finite("cast", out);
-#else
-    check_cpu("cast", x);
-#endif
-  } else {
-    kernels::cpu::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel());
-  }
+  dispatch_device(
+      "cast", x.device(),
+      [&] { kernels::cpu::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel()); },
+      [&](auto stream) {
+        kernels::cuda::cast(out.data_ptr(), dtype, xc.data_ptr(), x.dtype(), x.numel(), stream);
+      });
+  check_finite("cast", out);
   if (needs_grad({&x}) && is_floating(dtype)) {
     auto node = std::make_shared<CastBackward>();
     node->in_dtype = x.dtype();
@@ -143,26 +173,18 @@ Tensor cast(const Tensor& x, DType dtype) {
 Tensor to_device(const Tensor& x, Device device) {
   check_defined("to_device", "x", x);
   if (x.device() == device) return x;
-#if VLM_WITH_CUDA
+  for (Device d : {x.device(), device})
+    VLM_CHECK(d.is_cpu() || cuda_built(), "to_device: cannot move ", x.desc(), " to ", device.str(),
+              ": ", cuda_device_query());
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
-  if (device.is_cuda() && x.device().is_cpu()) {
-    kernels::cuda::memcpy_h2d(out.data_ptr(), xc.data_ptr(), x.nbytes(), nullptr);
-  } else if (device.is_cpu()) {
-    kernels::cuda::memcpy_d2h(out.data_ptr(), xc.data_ptr(), x.nbytes(), nullptr);
-    kernels::cuda::stream_synchronize(nullptr);
-  } else {
-    kernels::cuda::memcpy_d2d(out.data_ptr(), xc.data_ptr(), x.nbytes(), nullptr);
-  }
+  copy_between_devices(out, xc);
   if (needs_grad({&x})) {
     auto node = std::make_shared<ToDeviceBackward>();
     node->in_device = x.device();
     record(node, {&x}, {&out});
   }
   return out;
-#else
-  VLM_FAIL("to_device: cannot move ", x.desc(), " to ", device.str(), ": ", cuda_device_query());
-#endif
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape_in) {
@@ -325,30 +347,25 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 void copy_(Tensor& dst, const Tensor& src) {
   VLM_CHECK(dst.shape() == src.shape(), "copy_: shape mismatch, ", describe("dst", dst), " vs ",
             describe("src", src));
-  Tensor s = src.dtype() == dst.dtype() ? src : [&] {
-    NoGradGuard no_grad;
-    return cast(src, dst.dtype());
-  }();
-  if (dst.device().is_cuda()) {
-#if VLM_WITH_CUDA
-    NoGradGuard no_grad;
-    Tensor sc = s.to(dst.device()).contiguous();
-    if (dst.is_contiguous())
-      kernels::cuda::memcpy_d2d(dst.data_ptr(), sc.data_ptr(), sc.nbytes(), nullptr);
-    else
-      kernels::cuda::copy_into_strided(dst.data_ptr(), strided_layout(dst), sc.data_ptr(),
-                                       dst.element_size(), nullptr);
-    return;
-#endif
-  }
-  check_cpu("copy_", dst);
-  check_cpu("copy_", src);
-  Tensor sc = s.contiguous();
-  if (dst.is_contiguous())
-    std::memcpy(dst.data_ptr(), sc.data_ptr(), sc.nbytes());
-  else
-    kernels::cpu::copy_into_strided(dst.data_ptr(), strided_layout(dst), sc.data_ptr(),
-                                    dst.element_size());
+  NoGradGuard no_grad;
+  Tensor s = src.dtype() == dst.dtype() ? src : cast(src, dst.dtype());
+  Tensor sc = s.to(dst.device()).contiguous();
+  dispatch_device(
+      "copy_", dst.device(),
+      [&] {
+        if (dst.is_contiguous())
+          std::memcpy(dst.data_ptr(), sc.data_ptr(), sc.nbytes());
+        else
+          kernels::cpu::copy_into_strided(dst.data_ptr(), strided_layout(dst), sc.data_ptr(),
+                                          dst.element_size());
+      },
+      [&](auto stream) {
+        if (dst.is_contiguous())
+          kernels::cuda::memcpy_d2d(dst.data_ptr(), sc.data_ptr(), sc.nbytes(), stream);
+        else
+          kernels::cuda::copy_into_strided(dst.data_ptr(), strided_layout(dst), sc.data_ptr(),
+                                           dst.element_size(), stream);
+      });
 }
 
 } // namespace vlm

@@ -12,6 +12,9 @@ namespace vlm {
 Tensor copy(const Tensor& x);
 // Converts the dtype; the gradient is cast back to x's dtype.
 Tensor cast(const Tensor& x, DType dtype);
+// Copies to another device on a current stream: host -> device on the destination's (from pinned
+// memory it returns at once), device -> host on the source's, which it then synchronizes (and
+// throws any deferred device error); device -> device ordered with both devices' streams.
 Tensor to_device(const Tensor& x, Device device);
 // New shape with the same number of elements; one dim may be -1. A view when x is contiguous.
 Tensor reshape(const Tensor& x, const Shape& shape);
@@ -26,7 +29,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 // Broadcast view (stride 0) of x to shape; trailing-aligned as in PyTorch.
 Tensor expand(const Tensor& x, const Shape& shape);
 
-// In place, never recorded: dst (any layout) = src (same shape; dtype converted).
+// In place, never recorded: dst (any layout) = src (same shape; dtype converted; from any device).
 void copy_(Tensor& dst, const Tensor& src);
 
 } // namespace vlm
