@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/unicode.h"
+
 namespace vlm::io {
 
 namespace {
@@ -114,7 +116,11 @@ json parse_json(const RawSample& s, const std::string& part) {
 
 } // namespace
 
-ChatSample parse_chat_sample(const RawSample& s) {
+namespace {
+
+// The chat of a sample whose JSON parsed; json type errors (a number where a string belongs)
+// reach parse_chat_sample, which turns them into a skip like any other bad sample.
+ChatSample chat_of(const RawSample& s) {
   ChatSample out;
   for (const auto& [name, bytes] : s.parts)
     if (is_image_part(name)) out.image_parts.push_back(name);
@@ -176,6 +182,34 @@ ChatSample parse_chat_sample(const RawSample& s) {
     return out;
   }
   reject(s, "missing_part", "no txt or json part");
+}
+
+// Every text the chat holds is valid UTF-8, so tokenizing it cannot fail on the bytes (JSON
+// strings are checked by the JSON parser; txt parts are raw bytes).
+void check_utf8(const RawSample& s, const ChatSample& chat) {
+  auto check = [&](const std::string& text, const char* what) {
+    const size_t bad = unicode::utf8_find_invalid(text);
+    if (bad != std::string::npos)
+      reject(s, "invalid_utf8",
+             std::string(what) + " is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
+  };
+  check(chat.text, "the text");
+  for (const Message& m : chat.messages)
+    for (const ContentItem& c : m.content) check(c.text, "a message");
+}
+
+} // namespace
+
+ChatSample parse_chat_sample(const RawSample& s) {
+  ChatSample chat;
+  try {
+    chat = chat_of(s);
+  } catch (const json::exception& e) {
+    reject(s, "invalid_json",
+           std::string("part 'json' has a value of the wrong type: ") + e.what());
+  }
+  check_utf8(s, chat);
+  return chat;
 }
 
 std::string render_chat(const ChatSample& s) {

@@ -49,8 +49,9 @@ struct ChatSample {
 };
 
 // A sample whose parts do not make a usable chat: the loader skips it and counts it by reason
-// ("invalid_json", "empty_conversation", "no_assistant_turn", "missing_part", "missing_image",
-// "no_user_turn", "empty_text", "unknown_json"). what() names the shard and key.
+// ("invalid_json": not JSON or a value of the wrong type, "invalid_utf8", "empty_conversation",
+// "no_assistant_turn", "missing_part", "missing_image", "no_user_turn", "empty_text",
+// "unknown_json"). what() names the shard and key.
 class ChatFormatError : public Error {
 public:
   ChatFormatError(std::string reason, const std::string& message)
@@ -61,7 +62,8 @@ private:
   std::string reason_;
 };
 
-// Builds the messages of a raw sample; ChatFormatError when it cannot be used.
+// Builds the messages of a raw sample; ChatFormatError when it cannot be used. Every text of the
+// result is valid UTF-8.
 ChatSample parse_chat_sample(const RawSample& sample);
 
 struct ChatFormatOptions {

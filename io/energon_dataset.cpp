@@ -366,7 +366,6 @@ void EnergonDataset::Impl::add_split(const std::string& name,
                                      std::map<std::string, std::string>& shard_problems) {
   Split split;
   split.name = name;
-  size_t excluded_shards = 0;
   for (const std::string& pattern : patterns) {
     std::vector<std::string> shard_names;
     try {
@@ -376,7 +375,7 @@ void EnergonDataset::Impl::add_split(const std::string& name,
     }
     for (const std::string& shard_name : shard_names) {
       if (exclude_set.count(shard_name)) {
-        excluded_shards++;
+        split.excluded_shards++;
         continue;
       }
       auto it = info.count_of.find(shard_name);
@@ -403,10 +402,8 @@ void EnergonDataset::Impl::add_split(const std::string& name,
     if (!it->second.empty() && !split_errors.count(name))
       split_errors[name] = "shard '" + shard.name + "': " + it->second;
   }
-  if (split.shards.empty() && !split_errors.count(name))
-    split_errors[name] = excluded_shards ? "no shards left after excluding " +
-                                               std::to_string(excluded_shards) + " in 'exclude'"
-                                         : std::string("no shards listed");
+  // A split that lists no shards (`test: []`, which `energon prepare` writes) is a valid empty
+  // split: it can be inspected; reading from it is refused by its users (SamplePipeline).
   splits.push_back(std::move(split));
 }
 

@@ -81,6 +81,7 @@ public:
     std::string name;
     std::vector<ShardInfo> shards; // in split order (excluded shards removed)
     int64_t num_samples = 0;       // sum of counts, excluded samples included
+    int64_t excluded_shards = 0;   // shards of the split's patterns dropped by 'exclude'
   };
 
   // Reads and checks the metadata (see the file comment). Throws vlm::Error naming the path.
@@ -101,8 +102,8 @@ public:
 
   std::vector<std::string> split_names() const; // in split-config order
   bool has_split(const std::string& name) const;
-  // Throws for an unknown split (listing the known ones), a split with no shards left after
-  // excludes, or a split whose shards failed validation at open.
+  // Throws for an unknown split (listing the known ones) or a split whose shards failed
+  // validation at open. A split with no shards (`test: []`, or all excluded) is valid and empty.
   const Split& split(const std::string& name) const;
 
   // Whether split.yaml excludes the sample "<shard>/<key>".

@@ -77,6 +77,19 @@ void check_pixel_limit(int64_t width, int64_t height, int64_t max_pixels, const 
   throw ImageError(ImageErrorKind::too_large, describe(os.str(), hint, size));
 }
 
+// The decoder's buffers (the stored rows plus the RGB result) are sized from the header, so they
+// are checked before they are allocated: bytes per pixel count, not only pixels (a 16-bit RGBA
+// image at the pixel limit would need 2 GB).
+void check_decode_bytes(int64_t raw_bytes, int64_t width, int64_t height, const char* format,
+                        std::string_view hint, size_t size) {
+  const int64_t need = raw_bytes + width * height * 3;
+  if (need <= kMaxDecodeBytes) return;
+  std::ostringstream os;
+  os << format << " image of " << width << "x" << height << " needs " << need
+     << " bytes to decode, more than the limit of " << kMaxDecodeBytes << " bytes";
+  throw ImageError(ImageErrorKind::too_large, describe(os.str(), hint, size));
+}
+
 // ---------------------------------------------------------------------------------------------
 // JPEG. libjpeg reports fatal errors through error_exit, which must not return: we longjmp back
 // into the function that called setjmp. Those functions hold only trivially destructible locals,
@@ -181,6 +194,8 @@ Image decode_jpeg(std::string_view bytes, std::string_view hint, int64_t max_pix
   check_pixel_limit(width, height, max_pixels, "JPEG", hint, bytes.size());
   if (!jpeg_start(d)) throw fail("start");
   const size_t row_bytes = static_cast<size_t>(d.cinfo.output_width) * d.cinfo.output_components;
+  check_decode_bytes(int64_t(row_bytes) * d.cinfo.output_height, width, height, "JPEG", hint,
+                     bytes.size());
   std::vector<uint8_t> raw(row_bytes * d.cinfo.output_height);
   if (!jpeg_read_pixels(d, raw.data(), row_bytes)) throw fail("scanlines");
   if (d.err.hit_eof) {
@@ -400,6 +415,17 @@ Image decode_png(std::string_view bytes, std::string_view hint, int64_t max_pixe
   PngHeader h;
   if (!png_read_header(d, h)) throw fail("header");
   check_pixel_limit(h.width, h.height, max_pixels, "PNG", hint, bytes.size());
+  const int64_t raw_bytes = int64_t(h.row_bytes) * int64_t(h.height);
+  check_decode_bytes(raw_bytes, h.width, h.height, "PNG", hint, bytes.size());
+  // Deflate expands at most 1032:1, so a header that promises more than that of the file's size
+  // belongs to a truncated or forged file: refused before its rows are zero-filled.
+  if (raw_bytes > 1032 * int64_t(bytes.size()) + (int64_t(1) << 16)) {
+    std::ostringstream os;
+    os << "a " << h.width << "x" << h.height << " image of " << raw_bytes
+       << " bytes cannot be stored in " << bytes.size() << " bytes of PNG";
+    throw ImageError(ImageErrorKind::truncated,
+                     describe("truncated PNG data", hint, bytes.size(), os.str()));
+  }
   std::vector<uint8_t> raw(h.row_bytes * h.height);
   std::vector<png_bytep> rows(h.height);
   for (size_t y = 0; y < h.height; y++) rows[y] = raw.data() + y * h.row_bytes;

@@ -35,7 +35,7 @@ enum class ImageErrorKind {
   unsupported_format, // a known format other than JPEG/PNG
   truncated,          // data ends before the image does
   corrupt,            // the decoder rejected the data
-  too_large,          // more pixels than the decode limit
+  too_large,          // more pixels (or decoded bytes) than the decode limit
   bad_size,           // zero-size or aspect ratio beyond the processor's limit (image_preprocess)
 };
 // Stable snake_case names ("truncated", ...) for counters and reports.
@@ -60,6 +60,9 @@ ImageFormat sniff_image_format(std::string_view bytes);
 // Pillow's decompression-bomb limit (2 * Image.MAX_IMAGE_PIXELS): PIL raises above it, so the
 // reference skips such images too.
 constexpr int64_t kMaxDecodePixels = 178956970;
+// Bytes the decoder may hold for one image (its stored rows plus the RGB result): those of an
+// 8-bit RGB image at the pixel limit, so deeper images (16-bit, alpha) get fewer pixels.
+constexpr int64_t kMaxDecodeBytes = 6 * kMaxDecodePixels;
 
 // Decodes JPEG or PNG bytes to RGB. The format comes from the magic bytes (as PIL does);
 // format_hint (the WebDataset part name, e.g. "jpg") only appears in error messages. Throws

@@ -31,11 +31,21 @@ void LoaderConfig::validate() const {
   VLM_CHECK(epochs >= 0, "data loader: epochs must be >= 0 (0 = forever), got ", epochs);
   VLM_CHECK(dp_world >= 1 && 0 <= dp_rank && dp_rank < dp_world, "data loader: dp_rank ", dp_rank,
             " is not in [0, dp_world = ", dp_world, ")");
-  VLM_CHECK(num_workers >= 1, "data loader: num_workers must be >= 1, got ", num_workers);
-  VLM_CHECK(shuffle_buffer_size >= 0, "data loader: shuffle_buffer_size must be >= 0");
+  VLM_CHECK(num_workers >= 1 && num_workers <= kMaxNumWorkers,
+            "data loader: num_workers must be in [1, ", kMaxNumWorkers, "], got ", num_workers);
+  VLM_CHECK(shuffle_buffer_size >= 0 && shuffle_buffer_size <= kMaxShuffleBufferSize,
+            "data loader: shuffle_buffer_size must be in [0, ", kMaxShuffleBufferSize, "], got ",
+            shuffle_buffer_size);
   VLM_CHECK(max_samples_per_sequence >= 0, "data loader: max_samples_per_sequence must be >= 0");
-  VLM_CHECK(parallel_slices >= 1, "data loader: parallel_slices must be >= 1");
-  VLM_CHECK(prefetch >= 1, "data loader: prefetch must be >= 1, got ", prefetch);
+  VLM_CHECK(parallel_slices >= 1 && parallel_slices <= kMaxShuffleBufferSize,
+            "data loader: parallel_slices must be in [1, ", kMaxShuffleBufferSize, "], got ",
+            parallel_slices);
+  VLM_CHECK(prefetch >= 1 && prefetch <= kMaxPrefetch, "data loader: prefetch must be in [1, ",
+            kMaxPrefetch, "], got ", prefetch);
+  VLM_CHECK(image.min_pixels >= 1 && image.max_pixels >= image.min_pixels &&
+                image.max_pixels <= kMaxDecodePixels,
+            "data loader: image pixels must satisfy 1 <= min_pixels <= max_pixels <= ",
+            kMaxDecodePixels, ", got ", image.min_pixels, " and ", image.max_pixels);
   packing.validate();
 }
 
@@ -658,6 +668,12 @@ SkipReport DataLoader::report() const {
 
 int64_t DataLoader::rows() const { return impl_->rows; }
 
+int64_t DataLoader::samples_read() const {
+  int64_t n = 0;
+  for (const LoaderWorkerState& w : impl_->current) n += w.samples;
+  return n;
+}
+
 void DataLoader::recycle(PackedRow&& row) {
   if (row.pixel_values.capacity() == 0) return;
   std::lock_guard<std::mutex> lock(impl_->pool_mutex);
@@ -668,6 +684,13 @@ const LoaderConfig& DataLoader::config() const { return impl_->cfg; }
 std::vector<int64_t> DataLoader::worker_samples() const { return impl_->owned; }
 
 // ---- Offline packing support ----
+
+void set_token_ids(PackingConfig& p, const Tokenizer& tok) {
+  p.pad_id = tok.token_to_id("<|endoftext|>");
+  p.image_token_id = tok.token_to_id("<|image_pad|>");
+  p.vision_start_id = tok.token_to_id("<|vision_start|>");
+  p.vision_end_id = tok.token_to_id("<|vision_end|>");
+}
 
 PlanIdentity loader_plan_identity(const LoaderConfig& cfg) {
   VLM_CHECK(!is_metadataset_path(cfg.dataset),

@@ -51,6 +51,13 @@
 
 namespace vlm::io {
 
+// Bounds of the settings that size threads and memory (validate() and the training config name
+// the key): workers are threads with their own samplers and packers, the shuffle buffer holds
+// sample ids, prefetched rows hold their pixels.
+constexpr int64_t kMaxNumWorkers = 256;
+constexpr int64_t kMaxShuffleBufferSize = int64_t(1) << 20;
+constexpr int64_t kMaxPrefetch = 256;
+
 struct LoaderConfig {
   std::string dataset; // prepared dataset folder, or a MetadatasetV2 .yaml
   std::string split = "train";
@@ -121,6 +128,9 @@ public:
   // Skipped samples of the rows handed out so far, over all workers.
   SkipReport report() const;
   int64_t rows() const; // rows handed out
+  // Sample ids taken by the workers for the rows handed out (used, skipped and excluded alike):
+  // the denominator of the skip fraction.
+  int64_t samples_read() const;
   const LoaderConfig& config() const;
   // Samples each worker of this rank owns per epoch (single source: one pass).
   std::vector<int64_t> worker_samples() const;
@@ -130,6 +140,10 @@ public:
 private:
   std::unique_ptr<Impl> impl_;
 };
+
+// The packer's token ids (pad = <|endoftext|>, <|image_pad|>, <|vision_start|>,
+// <|vision_end|>) from the tokenizer itself; an error names a token it lacks.
+void set_token_ids(PackingConfig& packing, const Tokenizer& tokenizer);
 
 // What a packing plan for `cfg` must have been made for: dataset (folder name), split, sample
 // count, seq_len, overlong policy, and a fingerprint of everything else that decides sample

@@ -21,9 +21,10 @@ OverlongPolicy parse_overlong_policy(const std::string& s) {
 }
 
 void PackingConfig::validate() const {
-  VLM_CHECK(seq_len > 0 && seq_len <= std::numeric_limits<int32_t>::max(),
-            "packing: seq_len must be in [1, 2^31) (cu_seqlens are int32), got ", seq_len);
-  VLM_CHECK(buffer_size >= 1, "packing: buffer_size must be >= 1, got ", buffer_size);
+  VLM_CHECK(seq_len > 0 && seq_len <= kMaxSeqLen, "packing: seq_len must be in [1, ", kMaxSeqLen,
+            "], got ", seq_len);
+  VLM_CHECK(buffer_size >= 1 && buffer_size <= kMaxPackingBufferSize,
+            "packing: buffer_size must be in [1, ", kMaxPackingBufferSize, "], got ", buffer_size);
   VLM_CHECK(spatial_merge_size >= 1, "packing: spatial_merge_size must be >= 1, got ",
             spatial_merge_size);
   VLM_CHECK(pad_id >= 0 && image_token_id >= 0 && vision_start_id >= 0 && vision_end_id >= 0,

@@ -75,8 +75,14 @@ enum class OverlongPolicy { truncate, drop };
 const char* overlong_policy_name(OverlongPolicy p);         // "truncate" | "drop"
 OverlongPolicy parse_overlong_policy(const std::string& s); // error lists the valid names
 
+// Bounds of the settings that size memory (validate() and the training config name the key):
+// a row holds several int32/int64 vectors of seq_len, the online buffer holds whole tokenized
+// samples (kilobytes to megabytes each).
+constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
+constexpr int64_t kMaxPackingBufferSize = 100000;
+
 struct PackingConfig {
-  int64_t seq_len = 0;        // tokens per row; > 0 and < 2^31 (cu_seqlens are int32)
+  int64_t seq_len = 0;        // tokens per row; in [1, kMaxSeqLen]
   int64_t buffer_size = 1000; // samples the online packer holds before it emits rows
   OverlongPolicy overlong = OverlongPolicy::truncate;
   bool mrope = false; // 3-D position ids (Qwen3-VL / Qwen3.5); else 1-D

@@ -193,7 +193,8 @@ void PackingPlan::check_identity(const PlanIdentity& expected) const {
   }
   VLM_CHECK(diff.empty(),
             "the packing plan was made for other data or settings; re-run `vlmtrain "
-            "data pack`. Differences:",
+            "data pack` (with --config and the training config, the plan matches the run). "
+            "Differences:",
             diff);
 }
 

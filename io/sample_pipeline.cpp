@@ -72,6 +72,15 @@ SkipReport SkipReport::from_json(const nlohmann::json& j) {
   }
 }
 
+std::string sample_skip_reason(const std::exception& e) {
+  if (const auto* r = dynamic_cast<const SampleError*>(&e))
+    return std::string("read:") + sample_error_reason_name(r->reason);
+  if (const auto* c = dynamic_cast<const ChatFormatError*>(&e)) return "chat:" + c->reason();
+  if (const auto* i = dynamic_cast<const ImageError*>(&e))
+    return std::string("image:") + image_error_kind_name(i->kind());
+  return "";
+}
+
 // ---- SamplePipeline ----
 
 SamplePipeline::SamplePipeline(std::vector<PipelineSource> sources, Tokenizer tokenizer,
@@ -80,7 +89,14 @@ SamplePipeline::SamplePipeline(std::vector<PipelineSource> sources, Tokenizer to
   VLM_CHECK(!sources_.empty(), "sample pipeline: no sources");
   for (const PipelineSource& s : sources_) {
     VLM_CHECK(s.dataset, "sample pipeline: a source has no dataset");
-    splits_.push_back(&s.dataset->split(s.split)); // throws for an unknown or empty split
+    const EnergonDataset::Split& split = s.dataset->split(s.split); // throws for an unknown one
+    VLM_CHECK(split.num_samples > 0, "dataset '", s.dataset->root(), "' split '", s.split,
+              "' is empty: ",
+              split.excluded_shards ? "no shards left after excluding " +
+                                          std::to_string(split.excluded_shards) + " in 'exclude'"
+              : split.shards.empty() ? std::string("no shards listed")
+                                     : std::string("its shards hold no samples"));
+    splits_.push_back(&split);
   }
 }
 
@@ -102,8 +118,7 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
   try {
     raw = source.dataset->read_sample(*splits_[size_t(src)], index);
   } catch (const SampleError& e) {
-    return skip(std::string("read:") + sample_error_reason_name(e.reason), e.shard, e.key,
-                e.what());
+    return skip(sample_skip_reason(e), e.shard, e.key, e.what());
   }
   if (raw.excluded) {
     if (report) report->excluded++;
@@ -115,7 +130,7 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
   try {
     chat = parse_chat_sample(raw);
   } catch (const ChatFormatError& e) {
-    return skip("chat:" + e.reason(), raw.shard, raw.key, e.what());
+    return skip(sample_skip_reason(e), raw.shard, raw.key, e.what());
   }
   if (cfg_.chat.drop_images) {
     for (Message& m : chat.messages)
@@ -143,7 +158,7 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
         grid = {1, h / ic.patch_size, w / ic.patch_size};
       }
     } catch (const ImageError& e) {
-      return skip(std::string("image:") + image_error_kind_name(e.kind()), raw.shard, raw.key,
+      return skip(sample_skip_reason(e), raw.shard, raw.key,
                   "image part '" + part + "': " + e.what());
     }
     t.image_grid_thw.push_back(grid);
@@ -158,8 +173,8 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
     t.input_ids = std::move(tc.input_ids);
     t.labels = std::move(tc.labels);
   } catch (const ChatFormatError& e) {
-    return skip("chat:" + e.reason(), raw.shard, raw.key, e.what());
-  } catch (const vlm::Error& e) { // e.g. text that is not valid UTF-8
+    return skip(sample_skip_reason(e), raw.shard, raw.key, e.what());
+  } catch (const vlm::Error& e) { // e.g. more image tokens than the tokenizer can count
     return skip("tokenize:error", raw.shard, raw.key, e.what());
   }
   out.shard = std::move(raw.shard);

@@ -56,6 +56,11 @@ struct SkipReport {
   static SkipReport from_json(const nlohmann::json& j);
 };
 
+// The skip reason ("<stage>:<reason>") of an error that is about one sample: SampleError
+// ("read:..."), ChatFormatError ("chat:..."), ImageError ("image:..."); "" for any other error
+// (the dataset itself is broken). The one rule `data inspect`, `data pack` and training share.
+std::string sample_skip_reason(const std::exception& e);
+
 // One source of samples: a split of an opened dataset; sample ids with source s refer to it
 // (io/sampler.h make_sample_id).
 struct PipelineSource {

@@ -364,8 +364,12 @@ void parse_tokenizer_json(const std::string& text, json* rest, RawModel* raw) {
 // ---------------------------------------------------------------------------------------------
 
 struct Tokenizer::Impl {
+  // Unused ids a tokenizer.json may leave below its largest id (HF files have none or a few).
+  static constexpr int64_t kMaxIdHoles = 4096;
+
   std::string path;
   uint64_t instance_id = 0;
+  int64_t id_limit = 0;           // every id is below this (load)
   bool nfc = false;               // normalizer
   bool marks_are_letters = false; // Qwen3.5 regex
   bool ignore_merges = false;     // BPE: a word that is a token is taken whole
@@ -531,6 +535,11 @@ void Tokenizer::Impl::load(const std::string& text) {
   VLM_CHECK(j.contains("model") && j["model"].is_object(), "tokenizer '", path,
             "': no \"model\" object");
   check_pipeline(j);
+  // Tables are sized by the largest id, so ids are checked against the number of tokens before
+  // anything is allocated: a stray id near 2^31 must be an error, not 60 GB of empty strings.
+  const json& added_list = j.value("added_tokens", json());
+  id_limit = int64_t(raw.vocab.size()) + int64_t(added_list.is_array() ? added_list.size() : 0) +
+             kMaxIdHoles;
   load_model(j["model"], raw);
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) load_added(j["added_tokens"]);
 
@@ -624,6 +633,11 @@ void Tokenizer::Impl::load_model(const json& model, RawModel& raw) {
   for (const auto& [tok, id] : raw.vocab) {
     VLM_CHECK(id >= 0 && id < std::numeric_limits<int32_t>::max(), file, ": model.vocab[",
               json(tok).dump(), "] is ", id, ", not a non-negative 32-bit id");
+    VLM_CHECK(id < id_limit, file, ": model.vocab[", json(tok).dump(), "] is ", id,
+              ", far beyond the ", id_limit - kMaxIdHoles,
+              " tokens of the file (ids may leave at "
+              "most ",
+              kMaxIdHoles, " unused)");
     max_id = std::max(max_id, id);
   }
   tokens.assign(size_t(max_id + 1), std::string());
@@ -683,6 +697,11 @@ void Tokenizer::Impl::load_added(const json& list) {
                   t["id"].get<int64_t>() < std::numeric_limits<int32_t>::max() &&
                   t.contains("content") && t["content"].is_string(),
               file, ": ", where, " needs an integer \"id\" and a string \"content\": ", t.dump());
+    VLM_CHECK(t["id"].get<int64_t>() < id_limit, file, ": ", where, " has id ", t["id"].dump(),
+              ", far beyond the ", id_limit - kMaxIdHoles,
+              " tokens of the file (ids may leave at "
+              "most ",
+              kMaxIdHoles, " unused)");
     AddedToken a;
     a.id = t["id"].get<int32_t>();
     a.content = t["content"];

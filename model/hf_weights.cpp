@@ -101,21 +101,21 @@ void load_hf_weights(nn::Module& model, const std::string& dir_name) {
   VLM_CHECK(fs::is_directory(dir), dir_name, ": not a directory (expected an HF snapshot)");
   SnapshotTensors snap = open_snapshot(dir);
 
-  model.materialize();
-  const auto params = model.named_parameters();
+  // Checked against the declared shapes before anything is allocated: a config.json whose sizes
+  // disagree with the weights (a typo'd hidden_size of 10^6) fails here, not in the allocator.
   std::set<std::string> names;
   std::vector<std::string> missing, wrong, unexpected;
-  for (const auto& p : params) {
+  for (const nn::ParameterSpec& p : model.parameter_specs()) {
     names.insert(p.name);
     auto it = snap.tensors.find(p.name);
     if (it == snap.tensors.end()) {
-      missing.push_back("  missing: " + p.name + " " + shape_str(p.tensor.shape()));
+      missing.push_back("  missing: " + p.name + " " + shape_str(p.shape));
       continue;
     }
     const io::TensorInfo& info = *it->second;
-    if (info.shape != p.tensor.shape())
+    if (info.shape != p.shape)
       wrong.push_back("  wrong shape: " + p.name + " in " + snap.file_of[p.name] + ": expected " +
-                      shape_str(p.tensor.shape()) + ", stored " + shape_str(info.shape));
+                      shape_str(p.shape) + ", stored " + shape_str(info.shape));
     else if (!is_loadable_float(info.dtype))
       wrong.push_back("  wrong dtype: " + p.name + " in " + snap.file_of[p.name] + ": stored " +
                       dtype_name(info.dtype) + ", expected a float type (F32, BF16, F16, F64)");
@@ -152,6 +152,8 @@ void load_hf_weights(nn::Module& model, const std::string& dir_name) {
     VLM_FAIL(os.str());
   }
 
+  model.materialize();
+  const auto params = model.named_parameters();
   NoGradGuard no_grad;
   for (const auto& p : params) {
     Tensor dst = p.tensor;

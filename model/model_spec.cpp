@@ -105,6 +105,15 @@ std::shared_ptr<CausalLM> build_model(const nlohmann::json& config, const std::s
   return model_spec(it->get<std::string>()).build(config, where, param_dtype);
 }
 
+std::vector<std::string> preset_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& s : specs_locked(r))
+    for (const auto& [name, fn] : s.presets) names.push_back(name);
+  return names;
+}
+
 nlohmann::json preset_config(const std::string& preset, const PresetOptions& options) {
   std::function<nlohmann::json(const PresetOptions&)> make;
   std::vector<std::string> names;

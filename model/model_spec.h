@@ -51,6 +51,8 @@ nlohmann::json read_config_json(const std::string& snapshot_dir);
 // The model a config.json object describes (its model_type picks the spec); nothing allocated.
 std::shared_ptr<CausalLM> build_model(const nlohmann::json& config, const std::string& where,
                                       DType param_dtype);
+// Every preset name, over every family.
+std::vector<std::string> preset_names();
 // A built-in config by preset name, over every family (the error lists the presets).
 nlohmann::json preset_config(const std::string& preset, const PresetOptions& options = {});
 // config.json -> build -> weights loaded by name (materialized on the CPU).

@@ -28,4 +28,29 @@ if err=$("$bin" data pack "$dir/missing" --tokenizer "$tok" --seq-len 64 --out "
   fail "pack of a missing dataset succeeded"
 fi
 grep -q "missing" <<<"$err" || fail "pack: the error does not name the dataset: $err"
+
+# Bad samples are counted skips in inspect and pack, never an abort: well-formed JSON of the wrong
+# type and a txt part that is not UTF-8, patched in place (same length: tar and index stay valid).
+python3 - "$dir/demo" <<'EOF'
+import glob, sys, tarfile
+path = sorted(glob.glob(sys.argv[1] + "/**/*.tar", recursive=True))[0]
+with tarfile.open(path) as t:
+    members = t.getmembers()
+js = next(m for m in members if m.name.endswith(".json"))
+txt = next(m for m in members if m.name.endswith(".txt"))
+bad_json = b'{"messages":[{"role":"user","content":[{"type":5}]},{"role":"assistant","content":"a"}]}'
+assert len(bad_json) <= js.size, (len(bad_json), js.size)
+with open(path, "r+b") as f:
+    f.seek(js.offset_data)
+    f.write(bad_json.ljust(js.size))
+    f.seek(txt.offset_data)
+    f.write(b"\xff")
+EOF
+out=$("$bin" data inspect "$dir/demo" --tokenizer "$tok") || fail "inspect aborted on bad samples"
+grep -q "chat:invalid_json: 1" <<<"$out" || fail "inspect: the JSON type error is not a skip: $out"
+grep -q "chat:invalid_utf8: 1" <<<"$out" || fail "inspect: invalid UTF-8 is not a skip: $out"
+grep -q "\[chat:invalid_json\] .* key '" <<<"$out" || fail "inspect: the sample is not named: $out"
+out=$("$bin" data pack "$dir/demo" --tokenizer "$dir/demo" --seq-len 1024 --out "$dir/plan3.bin") ||
+  fail "pack aborted on bad samples (with make-demo's own tokenizer)"
+grep -q "298 samples packed, 2 skipped" <<<"$out" || fail "pack: the bad samples are not skips: $out"
 echo "data commands: make-demo, inspect and pack work; bad arguments are clear errors"

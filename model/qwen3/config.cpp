@@ -20,7 +20,8 @@ int64_t get_int(const json& j, const char* key, const std::string& where) {
   VLM_CHECK(has(j, key), where, ": missing required key '", key, "'");
   const json& v = j[key];
   VLM_CHECK(v.is_number_integer() ||
-                (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
+                (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+                 std::fabs(v.get<double>()) < 9e18),
             where, ": key '", key, "' must be an integer, got ", v.dump());
   return v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
 }
@@ -60,11 +61,19 @@ std::string rope_type_of(const json& r, const char* key, const std::string& wher
   return type;
 }
 
+// Bounds of the sizes a config.json may declare (far above any real Qwen3: vocab 151936,
+// hidden 5120, intermediate 25600, 64 layers).
+constexpr int64_t kMaxDimension = int64_t(1) << 24;
+constexpr int64_t kMaxLayers = 4096;
+
 } // namespace
 
 void Qwen3Config::validate() const {
+  // Sizes index int32 kernels and size allocations: each has a stated bound (the product is
+  // checked against the machine's memory when the parameters are allocated).
   auto positive = [](const char* name, int64_t v) {
-    VLM_CHECK(v > 0, "Qwen3Config: ", name, " must be > 0, got ", v);
+    VLM_CHECK(v > 0 && v <= kMaxDimension, "Qwen3Config: ", name, " must be in [1, ", kMaxDimension,
+              "], got ", v);
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -74,6 +83,11 @@ void Qwen3Config::validate() const {
   positive("num_key_value_heads", num_key_value_heads);
   positive("head_dim", head_dim);
   positive("max_position_embeddings", max_position_embeddings);
+  VLM_CHECK(num_hidden_layers <= kMaxLayers,
+            "Qwen3Config: num_hidden_layers must be <= ", kMaxLayers, ", got ", num_hidden_layers);
+  VLM_CHECK(num_attention_heads * head_dim <= kMaxDimension,
+            "Qwen3Config: num_attention_heads x head_dim must be <= ", kMaxDimension, ", got ",
+            num_attention_heads, " x ", head_dim);
   VLM_CHECK(num_attention_heads % num_key_value_heads == 0, "Qwen3Config: num_attention_heads (",
             num_attention_heads, ") must be a multiple of num_key_value_heads (",
             num_key_value_heads, ")");

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <unistd.h>
+
 #include "src/base/check.h"
 
 namespace vlm {
@@ -18,6 +20,11 @@ int64_t env_int(const char* name, int64_t fallback) {
 std::string env_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : fallback;
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
 }
 
 } // namespace vlm

@@ -1,4 +1,4 @@
-// Environment switches (VLM_SYNC, VLM_CHECK_FINITE, VLM_LOG_LEVEL, ...).
+// Environment switches (VLM_SYNC, VLM_CHECK_FINITE, VLM_LOG_LEVEL, ...) and facts of the machine.
 #pragma once
 
 #include <cstdint>
@@ -10,5 +10,9 @@ namespace vlm {
 // A value that is not an integer is an error naming the variable.
 int64_t env_int(const char* name, int64_t fallback);
 std::string env_str(const char* name, const std::string& fallback);
+
+// This machine's physical memory in bytes (0 when it cannot be read): what host allocations sized
+// by a file are checked against before they are made.
+int64_t physical_memory_bytes();
 
 } // namespace vlm

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "src/base/env.h"
 #include "src/core/autograd.h"
 
 namespace vlm::nn {
@@ -240,6 +241,20 @@ void Module::set_local_shape(const std::string& name, const Shape& shape) {
 }
 
 void Module::materialize(Device device) {
+  // Shapes come from files (config.json): more than the machine holds is refused before the
+  // first allocation, instead of paging for minutes and dying of the OOM killer.
+  double bytes = 0; // double: a wild shape must not overflow the sum
+  for (const auto& r : collect_slots()) {
+    if (r.slot->spec.materialized) continue;
+    double n = double(dtype_size(r.slot->spec.dtype));
+    for (int64_t d : r.slot->spec.shape) n *= double(d);
+    bytes += n;
+  }
+  const double memory = double(physical_memory_bytes());
+  VLM_CHECK(device != Device::cpu() || memory == 0 || bytes <= memory, type_name(),
+            ": its parameters need ", bytes / double(1 << 30), " GiB, more than the ",
+            memory / double(1 << 30),
+            " GiB of memory of this machine (check the sizes in the model's config)");
   for (const auto& r : collect_slots()) {
     Slot& s = *r.slot;
     if (!s.spec.materialized) {

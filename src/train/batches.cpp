@@ -42,10 +42,7 @@ io::LoaderConfig text_loader_config(const TrainConfig& config, const io::Tokeniz
   c.packing.buffer_size = d.packing_buffer_size;
   c.packing.overlong = d.overlong_policy;
   c.packing.mrope = false;
-  c.packing.pad_id = tokenizer.token_to_id("<|endoftext|>");
-  c.packing.image_token_id = tokenizer.token_to_id("<|image_pad|>");
-  c.packing.vision_start_id = tokenizer.token_to_id("<|vision_start|>");
-  c.packing.vision_end_id = tokenizer.token_to_id("<|vision_end|>");
+  io::set_token_ids(c.packing, tokenizer);
   c.packing_plan = training ? d.packing_plan : "";
   c.tokenizer = tokenizer_path;
   c.image.min_pixels = d.min_pixels;

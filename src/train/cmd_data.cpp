@@ -14,8 +14,11 @@
 #include "io/image_preprocess.h"
 #include "io/loader.h"
 #include "io/packing_plan.h"
+#include "io/sample_pipeline.h"
 #include "io/tokenizer.h"
 #include "src/base/check.h"
+#include "src/train/batches.h"
+#include "src/train/config.h"
 
 namespace vlm::train {
 
@@ -28,12 +31,26 @@ const char* kDataUsage = R"(usage:
   vlmtrain data inspect PATH [--split NAME] [--samples N (200)] [--tokenizer PATH]
       splits, shards and sample counts; part types, image sizes, sample kinds and (with a
       tokenizer) token counts over the first N samples of each split
+  vlmtrain data pack --config FILE [--set section.key=value ...] --out FILE [plan options]
   vlmtrain data pack PATH --tokenizer PATH --seq-len N --out FILE [--split NAME (train)]
-                    [--overlong truncate|drop] [--window N (0: whole split)] [--seed S (0)]
-                    [--no-shuffle] [--threads N (2)] [--min-pixels N] [--max-pixels N] [--mrope]
+                    [--overlong truncate|drop] [--min-pixels N] [--max-pixels N] [--mrope]
+                    [--drop-images] [plan options]
+      plan options: [--window N (0: whole split)] [--seed S (0)] [--no-shuffle] [--threads N (2)]
       offline packing: scans the length of every sample of the split (tokenized, images sized)
-      and writes a packing plan that the loader replays (`data.packing_plan`)
+      and writes a packing plan that the loader replays (`data.packing_plan`). With --config the
+      settings are the training run's (data.*, the tokenizer, images dropped for text models),
+      so training accepts the plan; --drop-images packs for a text model by hand
 )";
+
+// `text` with every line after the first indented by `prefix`.
+std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); i++) {
+    out += text[i];
+    if (text[i] == '\n' && i + 1 < text.size()) out += prefix;
+  }
+  return out;
+}
 
 int64_t int_arg(const std::vector<std::string>& args, size_t& i) {
   VLM_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
@@ -116,16 +133,20 @@ int inspect(const std::vector<std::string>& args) {
     const auto& split = ds.split(name);
     std::printf("split %s: %lld samples in %zu shards\n", name.c_str(),
                 (long long)split.num_samples, split.shards.size());
-    std::map<std::string, int64_t> parts, kinds, skipped;
+    std::map<std::string, int64_t> parts, kinds;
+    io::SkipReport skipped;
     Stats width, height, tokens, image_tokens, trained;
     int64_t n = std::min(samples, split.num_samples);
     for (int64_t i = 0; i < n; i++) {
+      std::string shard, key;
       try {
         io::RawSample s = ds.read_sample(split, i);
         if (s.excluded) {
-          skipped["excluded"]++;
+          skipped.excluded++;
           continue;
         }
+        shard = s.shard;
+        key = s.key;
         for (const auto& [p, bytes] : s.parts) parts[p]++;
         io::ChatSample chat = io::parse_chat_sample(s);
         kinds[chat.kind == io::SampleKind::text      ? "text"
@@ -148,12 +169,14 @@ int inspect(const std::vector<std::string>& args) {
           trained.add(double(std::count_if(t.labels.begin(), t.labels.end(),
                                            [](int32_t l) { return l != -100; })));
         }
-      } catch (const io::SampleError& e) {
-        skipped[io::sample_error_reason_name(e.reason)]++;
-      } catch (const io::ChatFormatError& e) {
-        skipped[e.reason()]++;
-      } catch (const io::ImageError& e) {
-        skipped[std::string("image_") + io::image_error_kind_name(e.kind())]++;
+      } catch (const Error& e) {
+        const std::string reason = io::sample_skip_reason(e); // the loader's rule
+        if (reason.empty()) throw;                            // not about one sample
+        if (const auto* r = dynamic_cast<const io::SampleError*>(&e)) {
+          shard = r->shard;
+          key = r->key;
+        }
+        skipped.add({reason, ds.root(), shard, key, i, e.what()});
       }
     }
     std::printf("  first %lld samples:\n    parts:", (long long)n);
@@ -167,11 +190,8 @@ int inspect(const std::vector<std::string>& args) {
                   tokens.str().c_str(), trained.str().c_str());
     else
       std::printf("    (token statistics: pass --tokenizer PATH)\n");
-    if (!skipped.empty()) {
-      std::printf("    skipped:");
-      for (const auto& [k, c] : skipped) std::printf(" %s %lld", k.c_str(), (long long)c);
-      std::printf("\n");
-    }
+    if (const std::string report = skipped.summary(); !report.empty())
+      std::printf("    skipped: %s", indent(report, "    ").c_str());
   }
   return 0;
 }
@@ -180,7 +200,9 @@ int pack(const std::vector<std::string>& args) {
   io::LoaderConfig cfg;
   cfg.packing.seq_len = 0;
   io::PlanOptions opt;
-  std::string out;
+  std::string out, config_path;
+  std::vector<std::string> overrides;
+  std::vector<std::string> loader_flags; // flags the training config decides instead
   int64_t threads = 2;
   auto str_arg = [&](size_t& i) -> std::string {
     VLM_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
@@ -188,7 +210,15 @@ int pack(const std::vector<std::string>& args) {
   };
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
-    if (a == "--tokenizer")
+    const bool loader_flag = a == "--tokenizer" || a == "--seq-len" || a == "--split" ||
+                             a == "--overlong" || a == "--min-pixels" || a == "--max-pixels" ||
+                             a == "--mrope" || a == "--drop-images";
+    if (loader_flag) loader_flags.push_back(a);
+    if (a == "--config")
+      config_path = str_arg(i);
+    else if (a == "--set")
+      overrides.push_back(str_arg(i));
+    else if (a == "--tokenizer")
       cfg.tokenizer = str_arg(i);
     else if (a == "--seq-len")
       cfg.packing.seq_len = int_arg(args, i);
@@ -212,16 +242,37 @@ int pack(const std::vector<std::string>& args) {
       cfg.image.max_pixels = int_arg(args, i);
     else if (a == "--mrope")
       cfg.packing.mrope = true;
+    else if (a == "--drop-images")
+      cfg.chat.drop_images = true;
     else if (cfg.dataset.empty() && a[0] != '-')
       cfg.dataset = a;
     else
       VLM_FAIL("data pack: unexpected argument '", a, "'\n", kDataUsage);
   }
-  VLM_CHECK(!cfg.dataset.empty(), "data pack: missing dataset PATH\n", kDataUsage);
-  VLM_CHECK(!cfg.tokenizer.empty(), "data pack: missing --tokenizer PATH\n", kDataUsage);
-  VLM_CHECK(cfg.packing.seq_len > 0, "data pack: missing --seq-len N\n", kDataUsage);
   VLM_CHECK(!out.empty(), "data pack: missing --out FILE\n", kDataUsage);
-  VLM_CHECK(threads >= 1, "data pack: --threads must be >= 1");
+  VLM_CHECK(threads >= 1 && threads <= io::kMaxNumWorkers, "data pack: --threads must be in [1, ",
+            io::kMaxNumWorkers, "], got ", threads);
+  std::optional<io::Tokenizer> tok;
+  if (!config_path.empty()) {
+    // The loader settings of the training run itself, built by the function training uses, so
+    // the plan is made for exactly what the loader will check.
+    VLM_CHECK(loader_flags.empty(), "data pack: ", loader_flags[0],
+              " comes from the training config with --config (use --set to change it)");
+    const train::TrainConfig tc = train::load_train_config(config_path, overrides);
+    tok = io::Tokenizer::from_file(tc.model.tokenizer);
+    const std::string dataset = cfg.dataset;
+    cfg = train::text_loader_config(tc, *tok, tc.model.tokenizer, tc.data.train_split, true);
+    VLM_CHECK(dataset.empty() || dataset == tc.data.data_path, "data pack: dataset '", dataset,
+              "' differs from data.data_path '", tc.data.data_path, "' of ", config_path);
+    cfg.packing_plan.clear();
+  } else {
+    VLM_CHECK(overrides.empty(), "data pack: --set needs --config");
+    VLM_CHECK(!cfg.dataset.empty(), "data pack: missing dataset PATH\n", kDataUsage);
+    VLM_CHECK(!cfg.tokenizer.empty(), "data pack: missing --tokenizer PATH\n", kDataUsage);
+    VLM_CHECK(cfg.packing.seq_len > 0, "data pack: missing --seq-len N\n", kDataUsage);
+    tok = io::Tokenizer::from_file(cfg.tokenizer);
+    io::set_token_ids(cfg.packing, *tok); // the tokenizer's own ids, as training takes them
+  }
   cfg.validate();
 
   auto start = std::chrono::steady_clock::now();
@@ -229,7 +280,7 @@ int pack(const std::vector<std::string>& args) {
               cfg.split.c_str(), (long long)threads);
   std::fflush(stdout);
   io::SkipReport skips;
-  std::vector<int32_t> lengths = io::scan_sample_lengths(cfg, int(threads), &skips);
+  std::vector<int32_t> lengths = io::scan_sample_lengths(cfg, int(threads), &skips, &*tok);
   double scan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   io::PackingPlan plan = io::write_packing_plan(out, lengths, io::loader_plan_identity(cfg), opt);
   std::printf("scanned %zu samples in %.1fs (%.0f samples/s)\n", lengths.size(), scan_s,

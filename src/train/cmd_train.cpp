@@ -76,6 +76,7 @@ int cmd_train(const std::vector<std::string>& args) {
     io::make_demo_dataset(config.data.data_path);
   }
   TrainSummary s = run_training(config);
+  if (s.stop_signal) return 128 + s.stop_signal; // the shell's code for "ended by this signal"
   if (require_drop > 0 && !(s.last_loss <= require_drop * s.first_loss)) {
     std::fprintf(stderr, "error: the loss did not fall enough: %.4f -> %.4f (required <= %.2f x)\n",
                  s.first_loss, s.last_loss, require_drop);

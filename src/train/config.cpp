@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -17,6 +18,9 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "io/image_decode.h"
+#include "io/loader.h"
+#include "model/model_spec.h"
 #include "src/base/logging.h"
 #include "src/core/device.h"
 
@@ -642,7 +646,11 @@ public:
     const TrainConfig& c = config_;
     // [model]
     const auto& m = c.model;
-    check(m.preset.empty() || m.preset == "tiny", "model.preset", "is not a preset; valid: tiny");
+    const std::vector<std::string> presets = model::preset_names();
+    std::string valid;
+    for (const std::string& p : presets) valid += (valid.empty() ? "" : ", ") + p;
+    check(m.preset.empty() || std::find(presets.begin(), presets.end(), m.preset) != presets.end(),
+          "model.preset", "is not a preset; valid: " + valid);
     check(!(m.preset.empty() && m.model_dir.empty()), "model.model_dir",
           "is empty: set model.model_dir (an HF snapshot folder) or model.preset");
     check(m.preset.empty() || m.model_dir.empty(), "model.model_dir",
@@ -675,7 +683,9 @@ public:
     check(nonneg(t.max_grad_norm), "training.max_grad_norm", "must be >= 0 (0 = no clipping)");
     check(accumulation_error(t.tpi_multiplier, nullptr).empty(), "training.tpi_multiplier",
           accumulation_error(t.tpi_multiplier, nullptr));
-    check(t.micro_batch_rows >= 1, "training.micro_batch_rows", "must be >= 1");
+    check(t.micro_batch_rows >= 1 && t.micro_batch_rows <= kMaxMicroBatchRows,
+          "training.micro_batch_rows",
+          "must be in [1, " + std::to_string(kMaxMicroBatchRows) + "]");
     check(t.loss_vocab_chunk >= 0, "training.loss_vocab_chunk", "must be >= 0 (0 = unchunked)");
     check(device_error(t.device).empty(), "training.device", device_error(t.device));
     check(t.param_dtype == DType::f32 || t.param_dtype == DType::bf16, "training.param_dtype",
@@ -691,16 +701,28 @@ public:
     check(!d.train_split.empty(), "data.train_split", "must not be empty");
     check(t.eval_steps == 0 || !d.val_split.empty(), "data.val_split",
           "must not be empty when training.eval_steps > 0");
-    check(d.seq_len >= 2 && d.seq_len <= std::numeric_limits<int32_t>::max(), "data.seq_len",
-          "must be in [2, 2^31) (cu_seqlens are int32)");
-    check(d.packing_buffer_size >= 1, "data.packing_buffer_size", "must be >= 1");
-    check(d.shuffle_buffer_size >= 0, "data.shuffle_buffer_size", "must be >= 0");
+    check(d.seq_len >= 2 && d.seq_len <= io::kMaxSeqLen, "data.seq_len",
+          "must be in [2, " + std::to_string(io::kMaxSeqLen) + "]");
+    check(t.micro_batch_rows * d.seq_len <= std::numeric_limits<int32_t>::max(),
+          "training.micro_batch_rows",
+          "x data.seq_len = " + std::to_string(d.seq_len) +
+              " tokens per micro-batch must be < 2^31 (cu_seqlens are int32)");
+    check(d.packing_buffer_size >= 1 && d.packing_buffer_size <= io::kMaxPackingBufferSize,
+          "data.packing_buffer_size",
+          "must be in [1, " + std::to_string(io::kMaxPackingBufferSize) + "]");
+    check(d.shuffle_buffer_size >= 0 && d.shuffle_buffer_size <= io::kMaxShuffleBufferSize,
+          "data.shuffle_buffer_size",
+          "must be in [0, " + std::to_string(io::kMaxShuffleBufferSize) + "]");
     check(d.max_samples_per_sequence >= 0, "data.max_samples_per_sequence", "must be >= 0");
-    check(d.num_workers >= 1, "data.num_workers", "must be >= 1");
+    check(d.num_workers >= 1 && d.num_workers <= io::kMaxNumWorkers, "data.num_workers",
+          "must be in [1, " + std::to_string(io::kMaxNumWorkers) + "]");
     check(d.epochs >= 0, "data.epochs", "must be >= 0 (0 = repeat forever)");
+    check(unit(d.max_skip_fraction), "data.max_skip_fraction", "must be in [0, 1]");
     check(d.min_pixels >= 1, "data.min_pixels", "must be >= 1");
     check(d.max_pixels >= d.min_pixels, "data.max_pixels",
           "must be >= data.min_pixels = " + std::to_string(d.min_pixels));
+    check(d.max_pixels <= io::kMaxDecodePixels, "data.max_pixels",
+          "must be <= " + std::to_string(io::kMaxDecodePixels) + " (the image decode limit)");
     // [parallel]
     check(c.parallel.tp_size >= 1, "parallel.tp_size", "must be >= 1");
     // [checkpoint]
@@ -762,6 +784,10 @@ TrainConfig parse_train_config(std::string_view toml_text, std::string_view sour
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
                               std::vector<std::string>* warnings) {
+  // A directory opens as an empty stream on Linux: it would read as a config of defaults.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("config " + path + ": is a directory, not a TOML file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("config " + path + ": cannot open the file");
   std::ostringstream text;

@@ -59,6 +59,9 @@ enum class CheckpointFormat : uint8_t { safetensors, hdf5 };
 // states sharded over the data-parallel ranks (DESIGN.md §6).
 enum class DataParallel : uint8_t { ddp, fsdp };
 
+// Packed rows per micro-batch at most: the rows are gathered in host memory before the step.
+constexpr int64_t kMaxMicroBatchRows = 4096;
+
 const char* nan_policy_name(NanPolicy p);
 const char* checkpoint_format_name(CheckpointFormat f);
 const char* data_parallel_name(DataParallel d);
@@ -146,6 +149,8 @@ const char* data_parallel_name(DataParallel d);
     "reader threads per rank (part of the data partition: changing it changes the order)")         \
   X(int64_t, epochs, 0,                                                                            \
     "passes over train_split; 0 = repeat forever (training ends at total_steps)")                  \
+  X(double, max_skip_fraction, 0.01,                                                               \
+    "stop when more of the samples read than this were skipped as bad (of at least 100), in [0, 1]")\
   X(int64_t, min_pixels, 65536, "images are resized to at least this many pixels")                 \
   X(int64_t, max_pixels, 16777216, "images are resized to at most this many pixels")
 

@@ -34,7 +34,10 @@ void MetricsLog::write_step(const StepRecord& r) {
                       {"mfu", nullptr},
                       {"peak_memory_bytes", r.peak_memory_bytes},
                       {"elapsed_s", r.elapsed},
-                      {"skipped", r.stats.skipped}};
+                      {"skipped", r.stats.skipped},
+                      {"samples_read", r.samples_read},
+                      {"samples_skipped", r.skips.total()},
+                      {"skip_reasons", r.skips.counts}};
   if (r.peak_tflops > 0) j["mfu"] = tflops / r.peak_tflops;
   // nlohmann prints doubles round-trip exact (17 significant digits where needed).
   out_ << j.dump() << '\n';

@@ -5,7 +5,9 @@
 // Step record: {"step", "loss", "lr": {"llm": ...}, "grad_norm", "tokens" (real), "padded_tokens",
 // "targets", "micro_batches", "tokens_per_s" (real tokens), "tflops" (model FLOPs per second,
 // qwen-models.md §7, real tokens only), "mfu" (tflops / logging.peak_tflops; null without a
-// peak), "peak_memory_bytes", "elapsed_s", "skipped"}.
+// peak), "peak_memory_bytes", "elapsed_s", "skipped" (the update was skipped: non-finite),
+// "samples_read", "samples_skipped", "skip_reasons" ({"<stage>:<reason>": count}: the loader's
+// report, cumulative)}.
 // Eval record: {"step", "eval_loss", "eval_ppl", "eval_targets"}.
 #pragma once
 
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <string>
 
+#include "io/sample_pipeline.h"
 #include "src/train/train_step.h"
 
 namespace vlm::train {
@@ -24,7 +27,9 @@ struct StepRecord {
   double seconds = 0; // wall time of the step (data included)
   double elapsed = 0; // since the start of the run
   int64_t peak_memory_bytes = 0;
-  double peak_tflops = 0; // 0: no MFU
+  double peak_tflops = 0;   // 0: no MFU
+  int64_t samples_read = 0; // by the training loader so far
+  io::SkipReport skips;     // of the training loader so far
 };
 
 class MetricsLog {

@@ -1,11 +1,16 @@
 #include "src/train/trainer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <system_error>
 
 #include "io/loader.h"
 #include "io/tokenizer.h"
@@ -16,6 +21,8 @@
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
 #include "src/train/batches.h"
+#include "src/train/skip_ceiling.h"
+#include "src/train/stop_signal.h"
 
 namespace vlm::train {
 
@@ -42,6 +49,27 @@ void check_supported(const TrainConfig& c) {
   VLM_CHECK(!c.model.tokenizer.empty(),
             "config: model.tokenizer is required (with model.preset there is no snapshot to take "
             "it from)");
+}
+
+// The output folder is created and written to before step 1: a typo'd or read-only path must not
+// be found at the first save, after hours of training.
+void check_writable_dir(const std::string& dir, const char* key) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VLM_CHECK(!ec, "config: ", key, " = \"", dir, "\": cannot create the folder: ", ec.message());
+  const fs::path probe = fs::path(dir) / ".vlmtrain-write-test";
+  {
+    std::ofstream out(probe, std::ios::binary | std::ios::trunc);
+    out << "probe\n";
+    out.flush();
+    VLM_CHECK(out.good(), "config: ", key, " = \"", dir,
+              "\": cannot write in the folder: ", std::strerror(errno));
+  }
+  fs::remove(probe, ec);
+}
+
+const char* signal_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
 }
 
 std::string tokenizer_dir(const std::string& path) {
@@ -122,6 +150,7 @@ struct Trainer::Data {
 
 Trainer::Trainer(const TrainConfig& c) : config_(c), device_(parse_device(c.training.device)) {
   check_supported(c);
+  check_writable_dir(c.checkpoint.output_dir, "checkpoint.output_dir");
   const TrainingOptions& t = c.training;
   start_seconds_ = now_seconds();
   check_device_available(device_, "config: training.device");
@@ -173,6 +202,10 @@ StepRecord Trainer::train_step() {
     rec.flops += mb->flops;
     batches.push_back(std::move(mb->batch));
   }
+  rec.samples_read = data_->train->samples_read();
+  rec.skips = data_->train->report();
+  check_skip_ceiling(rec.skips, rec.samples_read, config_.data.max_skip_fraction,
+                     config_.data.train_split);
   stepper_->set_skipped_steps(state_.skipped_steps);
   rec.stats = stepper_->step(step, batches);
   state_.skipped_steps = stepper_->skipped_steps();
@@ -198,8 +231,11 @@ StepRecord Trainer::train_step() {
     summary_.last_loss = mean;
     const double spent = now_seconds() - train_start_seconds_;
     const double eta = spent / double(trained_here) * double(t.total_steps - done_steps);
-    if (config_.logging.progress)
-      std::printf("%s\n", window_.line(done_steps, t.total_steps, eta).c_str());
+    std::string line = window_.line(done_steps, t.total_steps, eta);
+    if (rec.skips.total() != summary_.skipped_samples) // new skips since the last line
+      line += " | " + skip_summary_line(rec.skips);
+    summary_.skipped_samples = rec.skips.total();
+    if (config_.logging.progress) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
     window_ = ProgressWindow();
   }
@@ -241,7 +277,18 @@ void Trainer::save_checkpoint() {
 TrainSummary Trainer::run() {
   first_step_ = state_.step;
   train_start_seconds_ = now_seconds();
-  while (!done()) train_step();
+  StopSignals signals;
+  while (!done()) {
+    train_step();
+    if (const int sig = StopSignals::received(); sig != 0 && !done()) {
+      summary_.stop_signal = sig;
+      std::printf("train: %s received: stopping after step %lld of %lld\n", signal_name(sig),
+                  (long long)state_.step, (long long)config_.training.total_steps);
+      std::fflush(stdout);
+      if (summary_.final_checkpoint != checkpoint_dir(config_, state_.step)) save_checkpoint();
+      break;
+    }
+  }
   summary_.steps = state_.step;
   summary_.skipped_steps = state_.skipped_steps;
   summary_.seconds = now_seconds() - start_seconds_;
@@ -261,6 +308,9 @@ TrainSummary Trainer::run() {
               double(s.real_tokens) / std::max(train_s, 1e-9), double(mem.peak_bytes) / (1 << 20),
               (long long)s.skipped_steps, s.final_checkpoint.c_str(),
               config_.logging.metrics_file.c_str());
+  if (const std::string skips = data_->train->report().summary(); !skips.empty())
+    std::printf("  data: %lld samples read, %s", (long long)data_->train->samples_read(),
+                skips.c_str());
   return s;
 }
 

@@ -35,8 +35,10 @@ struct TrainSummary {
   double eval_loss = -1;                // the last evaluation's loss; -1 when there was none
   int64_t real_tokens = 0, padded_tokens = 0;
   int64_t skipped_steps = 0;
+  int64_t skipped_samples = 0; // by the training loader (its report: the end of the summary)
   double seconds = 0;
   std::string final_checkpoint; // folder of the last checkpoint written
+  int stop_signal = 0;          // SIGTERM / SIGINT that stopped the run early, or 0
 };
 
 class Trainer {
@@ -51,7 +53,8 @@ public:
   // evaluation and the checkpoint when they are due. Returns the step's record.
   StepRecord train_step();
   bool done() const;
-  // train_step() until total_steps, then the summary line.
+  // train_step() until total_steps, then the summary. A SIGTERM or SIGINT stops it after the
+  // running step, with a message and a checkpoint (src/train/stop_signal.h).
   TrainSummary run();
 
   // The token-mean loss over the val split's first eval_batches micro-batches (logged).

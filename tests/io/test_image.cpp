@@ -167,6 +167,58 @@ TEST_CASE("image: bad input is refused with a reason the loader can count") {
   CHECK_THROWS_AS(decode_image("", "jpg"), vlm::Error);
 }
 
+namespace {
+
+// CRC-32 of PNG chunks (ISO 3309), for headers forged below.
+uint32_t png_crc(const std::string& bytes) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : bytes) {
+    c ^= b;
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xffffffffu;
+}
+
+// `png` with its IHDR width and height replaced (the CRC fixed), the image data left as it is.
+std::string with_png_size(std::string png, uint32_t width, uint32_t height) {
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; i++) png[at + size_t(i)] = char((v >> (24 - 8 * i)) & 0xff);
+  };
+  REQUIRE(png.substr(12, 4) == "IHDR"); // 8-byte signature, then length and type
+  put32(16, width);
+  put32(20, height);
+  put32(29, png_crc(png.substr(12, 17))); // type + 13 data bytes
+  return png;
+}
+
+} // namespace
+
+TEST_CASE("image: sizes from the header are checked before the buffers are allocated") {
+  // A 16-bit RGBA header just under the pixel limit would zero-fill 1.4 GB for a file of a few
+  // hundred bytes: bytes per pixel count, and no PNG can expand more than deflate allows.
+  const std::string rgba16 = read_bytes(kImageDir + "rgba16_17x11.png");
+  const uint32_t side = 13000; // 169 M pixels < kMaxDecodePixels
+  REQUIRE(int64_t(side) * side < vlm::io::kMaxDecodePixels);
+  try {
+    decode_image(with_png_size(rgba16, side, side), "png");
+    FAIL("no error");
+  } catch (const ImageError& e) {
+    CHECK(e.kind() == ImageErrorKind::too_large);
+    CHECK_THAT(e.what(), Contains("bytes to decode, more than the limit"));
+  }
+  // 8-bit RGB within the byte limit but far more than the file can hold: truncated, at once.
+  const std::string rgb8 = read_bytes(kImageDir + "rgb8_19x13.png");
+  try {
+    decode_image(with_png_size(rgb8, 8000, 8000), "png");
+    FAIL("no error");
+  } catch (const ImageError& e) {
+    CHECK(e.kind() == ImageErrorKind::truncated);
+    CHECK_THAT(e.what(), Contains("cannot be stored in"));
+  }
+  // The forging itself leaves a decodable file when the size is the real one.
+  CHECK(decode_image(with_png_size(rgb8, 19, 13), "png").width == 19);
+}
+
 TEST_CASE("image: smart_resize equals transformers' for sizes, budgets and extreme aspects") {
   const auto in = golden_values<int64_t>("smart_resize.inputs");
   const auto out = golden_values<int64_t>("smart_resize.outputs");

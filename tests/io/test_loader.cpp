@@ -437,6 +437,17 @@ TEST_CASE("loader: whole-dataset problems are clear errors at construction") {
   c = config(tmp.path("ok"));
   c.num_workers = 0;
   CHECK_THAT(error_of([&] { DataLoader l(c, qwen()); }), Contains("num_workers"));
+  c.num_workers = 100000; // would spend minutes building samplers: a stated bound
+  CHECK_THAT(error_of([&] { DataLoader l(c, qwen()); }),
+             Contains("num_workers must be in [1, 256]"));
+  // An empty split (`test: []`) opens; reading from it is refused with the reason.
+  FixtureDataset with_empty = dataset({3}, false);
+  with_empty.splits.push_back({"test", {}});
+  vlm::testing::write_fixture(tmp.path("empty_split"), with_empty);
+  c = config(tmp.path("empty_split"));
+  c.split = "test";
+  CHECK_THAT(error_of([&] { DataLoader l(c, qwen()); }),
+             Contains("split 'test' is empty: no shards listed"));
 }
 
 TEST_CASE("loader: a worker error is re-thrown by next() with context") {

@@ -279,6 +279,16 @@ TEST_CASE("tokenizer: clear errors for missing or invalid tokenizer.json", "[io]
   j = good;
   j["added_tokens"][1]["id"] = j["added_tokens"][0]["id"];
   CHECK_THAT(load_error("dupadded.json", j), Contains("added_tokens[1]") && Contains("reuses id"));
+  // Ids size the tables: one near 2^31 is refused before anything is allocated (it was a
+  // bad_alloc), in the vocabulary and in the added tokens alike.
+  j = good;
+  j["model"]["vocab"]["zzz"] = 2147483000;
+  CHECK_THAT(load_error("hugevocab.json", j),
+             Contains("model.vocab[\"zzz\"] is 2147483000") && Contains("far beyond"));
+  j = good;
+  j["added_tokens"][1]["id"] = 2147483000;
+  CHECK_THAT(load_error("hugeadded.json", j),
+             Contains("added_tokens[1] has id 2147483000") && Contains("far beyond"));
 
   // A directory holding a tokenizer.json loads like the file.
   TempDir dir;

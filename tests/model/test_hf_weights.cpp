@@ -12,12 +12,17 @@
 #include "io/safetensors.h"
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
+#include "model/model_spec.h"
 #include "model/qwen3/model.h"
+#include "src/core/allocator.h"
 #include "src/core/ops.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 using namespace vlm;
 using namespace vlm::model;
+using Catch::Matchers::Contains;
+using vlm::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -240,6 +245,37 @@ TEST_CASE("hf weights: loading errors name every missing, unexpected and mis-sha
     load_hf_weights(ref, snapshot("tied"));
     CHECK(logits_of(m) == logits_of(ref));
   }
+}
+
+TEST_CASE("hf weights: a config.json with wild sizes fails before anything is allocated") {
+  // A typo'd hidden_size / vocab_size describes terabytes of parameters; the shapes are compared
+  // with the safetensors header before the model allocates (it used to allocate first).
+  testing::TempDir tmp("hf_wild");
+  const std::string dir = tmp.file("wild");
+  fs::create_directories(dir);
+  fs::copy_file(snapshot("untied") + "/model.safetensors", dir + "/model.safetensors");
+  nlohmann::json config = read_config_json(snapshot("untied"));
+  config["hidden_size"] = 4000000;
+  config["vocab_size"] = 1000000;
+  std::ofstream(dir + "/config.json") << config.dump();
+  Allocator& cpu = allocator_for(Device::cpu());
+  cpu.reset_peak();
+  const size_t in_use = cpu.stats().current_bytes;
+  try {
+    load_pretrained(dir, DType::f32);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Contains("wrong shape: model.embed_tokens.weight") &&
+                             Contains("expected (1000000, 4000000), stored"));
+  }
+  CHECK(cpu.stats().peak_bytes <= in_use + (size_t(1) << 20)); // nothing of the model allocated
+  // Without weights to compare with (random init), the machine's memory is the bound.
+  auto m = build_model(config, dir + "/config.json", DType::f32);
+  CHECK_THAT(error_of([&] { m->materialize(); }), Contains("GiB of memory of this machine"));
+  // And each size has a stated bound of its own.
+  config["hidden_size"] = int64_t(1) << 40;
+  CHECK_THAT(error_of([&] { build_model(config, "wild/config.json", DType::f32); }),
+             Contains("wild/config.json") && Contains("hidden_size must be in [1, 16777216]"));
 }
 
 TEST_CASE("hf weights: f16 and bf16 sources convert to the parameter dtype") {

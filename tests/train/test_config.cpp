@@ -257,11 +257,29 @@ TEST_CASE("config: invalid values name key and value", "[train][config]") {
   CHECK_THAT(error_of(training("loss_vocab_chunk = -1")),
              Contains("training.loss_vocab_chunk = -1 must be >= 0"));
   CHECK_THAT(error_of(training("micro_batch_rows = 0")),
-             Contains("training.micro_batch_rows = 0 must be >= 1"));
+             Contains("training.micro_batch_rows = 0 must be in [1, 4096]"));
+  // Values that size memory or threads have stated bounds (they grew memory or hung before).
+  CHECK_THAT(error_of(training("micro_batch_rows = 1000000000")),
+             Contains("training.micro_batch_rows = 1000000000 must be in [1, 4096]"));
+  CHECK_THAT(error_of(minimal("", "seq_len = 1048576\n", "[training]\nmicro_batch_rows = 4096\n")),
+             Contains("training.micro_batch_rows = 4096 x data.seq_len = 1048576 tokens per "
+                      "micro-batch must be < 2^31"));
+  CHECK_THAT(error_of(minimal("", "packing_buffer_size = 1e12\n")),
+             Contains("data.packing_buffer_size"));
+  CHECK_THAT(error_of(minimal("", "packing_buffer_size = 1000000000000\n")),
+             Contains("data.packing_buffer_size = 1000000000000 must be in [1, 100000]"));
+  CHECK_THAT(error_of(minimal("", "num_workers = 100000\n")),
+             Contains("data.num_workers = 100000 must be in [1, 256]"));
+  CHECK_THAT(error_of(minimal("", "shuffle_buffer_size = 100000000\n")),
+             Contains("data.shuffle_buffer_size = 100000000 must be in [0, 1048576]"));
+  CHECK_THAT(error_of(minimal("", "max_pixels = 1000000000\n")),
+             Contains("data.max_pixels = 1000000000 must be <= 178956970"));
+  CHECK_THAT(error_of(minimal("", "max_skip_fraction = 1.5\n")),
+             Contains("data.max_skip_fraction = 1.5 must be in [0, 1]"));
   CHECK_THAT(error_of(training("total_steps = 100\nwarmup_steps = 95")),
              Contains("training.wsd_decay_ratio = 0.1 (default) gives 10 decay steps"));
   CHECK_THAT(error_of(minimal("", "seq_len = 1\n")),
-             Contains("data.seq_len = 1 must be in [2, 2^31)"));
+             Contains("data.seq_len = 1 must be in [2, 16777216]"));
   CHECK_THAT(error_of(minimal("", "min_pixels = 100\nmax_pixels = 99\n")),
              Contains("data.max_pixels = 99 must be >= data.min_pixels = 100"));
   CHECK_THAT(error_of(minimal("", "overlong_policy = \"split\"\n")),
@@ -282,7 +300,11 @@ TEST_CASE("config: invalid values name key and value", "[train][config]") {
   CHECK_THAT(error_of(minimal("model_dir = \"/m\"\n", "")),
              Contains("model.model_dir = \"/m\" and model.preset = \"tiny\" are both set"));
   CHECK_THAT(error_of("[model]\npreset = \"huge\"\n[data]\ndata_path = \"d\"\n"),
-             Contains("model.preset = \"huge\" is not a preset; valid: tiny"));
+             Contains("model.preset = \"huge\" is not a preset; valid: ") && Contains("tiny") &&
+                 Contains("qwen3-0.6b"));
+  // Every registered preset is valid, not only the demo's (was: "valid: tiny").
+  CHECK(parse("[model]\npreset = \"qwen3-0.6b\"\ntokenizer = \"t\"\n[data]\ndata_path = \"d\"\n")
+            .model.preset == "qwen3-0.6b");
   CHECK_THAT(error_of("[model]\npreset = \"tiny\"\n"),
              Contains("data.data_path = \"\" (default) is empty"));
   CHECK_THAT(error_of(minimal("", "val_split = \"\"\n", "[training]\neval_steps = 10\n")),
@@ -432,6 +454,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   d.max_samples_per_sequence = 0;
   d.num_workers = 5;
   d.epochs = 3;
+  d.max_skip_fraction = 0.25;
   d.min_pixels = 1;
   d.max_pixels = 2;
   c.parallel.tp_size = 4;
@@ -521,6 +544,9 @@ TEST_CASE("config: load_train_config reads files and names missing ones", "[trai
   CHECK(load_train_config(path, {"training.seed=3"}).training.seed == 3);
   CHECK_THROWS_WITH(load_train_config(dir.file("missing.toml")),
                     Contains("config " + dir.file("missing.toml") + ": cannot open the file"));
+  // A directory is not read as an empty config of defaults.
+  CHECK_THROWS_WITH(load_train_config(dir.dir.string()),
+                    Contains("config " + dir.dir.string() + ": is a directory, not a TOML file"));
   dir.write("bad.toml", kMinimal + "[training]\nlr_lmm = 1\n");
   CHECK_THROWS_WITH(load_train_config(dir.file("bad.toml")),
                     Contains("config " + dir.file("bad.toml") + ": line 6: unknown key"));
