@@ -261,9 +261,11 @@ double Trainer::evaluate() {
   const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
   summary_.eval_loss = loss;
   metrics_->write_eval(state_.step, loss, targets);
+  std::string skips = skip_summary_line(val->report()); // the val split's bad samples
   if (config_.logging.progress)
-    std::printf("eval  %lld/%lld | loss %.4f | ppl %.2f | %lld tokens\n", (long long)state_.step,
-                (long long)t.total_steps, loss, std::exp(loss), (long long)targets);
+    std::printf("eval  %lld/%lld | loss %.4f | ppl %.2f | %lld tokens%s%s\n",
+                (long long)state_.step, (long long)t.total_steps, loss, std::exp(loss),
+                (long long)targets, skips.empty() ? "" : " | ", skips.c_str());
   return loss;
 }
 

@@ -16,6 +16,10 @@
 //              tokens/s, ETA); logging.metrics_file: one JSON object per optimizer step and per
 //              evaluation; checkpoint.output_dir/checkpoint-step-N/: an HF snapshot (config.json,
 //              model.safetensors, tokenizer files) every save_steps and at total_steps; a summary
+//   bad data   the loader's skip report in the progress line when it changes, in every metrics
+//              record and in the summary; above data.max_skip_fraction training stops with it
+//              (src/train/skip_ceiling.h). output_dir is checked writable before step 1.
+//   signals    SIGTERM / SIGINT: stop after the running step with a checkpoint (run())
 #pragma once
 
 #include <cstdint>
