@@ -9,8 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vlm::fuzz::expect_only_vlm_errors([&] {
     vlm::io::ReadOnlyFile file(path);
     uint64_t end = 0;
-    std::vector<vlm::io::TarSample> samples =
-        vlm::io::scan_tar_samples(file, 0, file.size(), &end);
+    std::vector<vlm::io::TarSample> samples = vlm::io::scan_tar_samples(file, 0, file.size(), &end);
     for (size_t i = 0; i < samples.size(); i++) {
       uint64_t range_end = i + 1 < samples.size() ? samples[i + 1].offset : end;
       // Each sample on its own, so one bad range does not hide the others.

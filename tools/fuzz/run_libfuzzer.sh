@@ -26,6 +26,8 @@ export VLM_FUZZ_TOKENIZER="${VLM_FUZZ_TOKENIZER:-$tok}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 limits=(-rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -detect_leaks=0)
+# Value profiling lets comparisons guide mutations (it finds the wrong-type JSON values).
+search=(-use_value_profile=1 -print_final_stats=1)
 
 failed=()
 summary=()
@@ -45,7 +47,8 @@ for t in "${targets[@]}"; do
   # Fresh corpus each run (seeds are read-only inputs; new units go to work/).
   mkdir -p "$out/corpus/$t" "$out/findings/$t"
   rm -rf "$out/corpus/$t"/*
-  "$bin" "${limits[@]}" -max_total_time="$secs" -print_final_stats=1 \
+  "$bin" "${limits[@]}" "${search[@]}" -max_total_time="$secs" \
+    -dict="$root/tools/fuzz/dict/$t.dict" \
     -artifact_prefix="$out/findings/$t/" "$out/corpus/$t" "$out/seeds/$t" >"$log" 2>&1
   rc=$?
   execs=$(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$')
