@@ -40,7 +40,8 @@ for t in "${targets[@]}"; do
   for f in "${kept[@]}"; do
     if ! "$bin" "${limits[@]}" "$f" >"$out/replay.log" 2>&1; then
       echo "target $t: kept finding ${f#"$root"/} still fails:"
-      grep -m3 -E 'ERROR|FINDING|terminate|what\(\)|#[0-3] ' "$out/replay.log" | sed 's/^/    /'
+      grep -m2 -E 'ERROR|FINDING' "$out/replay.log" | sed 's/^/    /'
+      grep -m2 -E '^ *#[0-9]+ 0x[0-9a-f]+ in vlm::' "$out/replay.log" | sed 's/^/    /'
       failed+=("$t (kept ${f##*/})")
     fi
   done
