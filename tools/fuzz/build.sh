@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tools/fuzz/fuzz_*.cpp) with clang and
+# -fsanitize=fuzzer,address,undefined against the io/ and src/base sources they need (CPU only,
+# header-only nlohmann-json; no CMake, no CUDA).
+#   tools/fuzz/build.sh [OUT_DIR (build-fuzz)]    -> OUT_DIR/fuzz_{tar,safetensors,chat,tokenizer}
+# CXX overrides the compiler (default clang++-14, else clang++); it needs the libFuzzer runtime
+# (Debian: libclang-rt-14-dev). Objects are rebuilt only when a source or header is newer.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+out="${1:-$root/build-fuzz}"
+cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
+[[ -n $cxx ]] || {
+  echo "fuzz build: clang++ not found (tools/install_deps.sh installs clang-14)" >&2
+  exit 1
+}
+mkdir -p "$out/obj"
+
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root"
+  -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+# The library sources the four targets reach: tar, safetensors (+atomic_file for the writer),
+# chat format, tokenizer (+unicode), and src/base.
+lib_srcs=(io/tar.cpp io/safetensors.cpp io/atomic_file.cpp io/chat_format.cpp io/tokenizer.cpp
+  io/unicode.cpp src/base/check.cpp src/base/dtype.cpp src/base/env.cpp src/base/logging.cpp
+  src/base/rng.cpp src/base/shape.cpp)
+targets=(tar safetensors chat tokenizer)
+
+# An object is stale when its source or any header it includes (clang's .d file) is newer.
+stale() {
+  local obj="$1" dep="$1.d"
+  [[ -f $obj && -f $dep ]] || return 0
+  local f
+  for f in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$dep"); do
+    [[ $f -nt $obj ]] && return 0
+  done
+  return 1
+}
+
+compile() { # compile SRC OBJ [extra flags]
+  local src="$1" obj="$2"
+  shift 2
+  if stale "$obj"; then
+    echo "fuzz build: $src"
+    "$cxx" "${flags[@]}" "$@" -MMD -MF "$obj.d" -c "$root/$src" -o "$obj"
+  fi
+}
+
+objs=()
+pids=()
+jobs_max="${VLM_BUILD_JOBS:-2}"
+for s in "${lib_srcs[@]}"; do
+  obj="$out/obj/$(echo "$s" | tr / _).o"
+  objs+=("$obj")
+  # Coverage instrumentation without libFuzzer's main for the library code.
+  compile "$s" "$obj" -fsanitize=fuzzer-no-link &
+  pids+=($!)
+  if ((${#pids[@]} >= jobs_max)); then
+    wait "${pids[0]}"
+    pids=("${pids[@]:1}")
+  fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+for t in "${targets[@]}"; do
+  obj="$out/obj/fuzz_$t.o"
+  compile "tools/fuzz/fuzz_$t.cpp" "$obj" -fsanitize=fuzzer-no-link
+  bin="$out/fuzz_$t"
+  newer=0
+  [[ -f $bin ]] || newer=1
+  for o in "$obj" "${objs[@]}"; do [[ $o -nt $bin ]] && newer=1; done
+  if ((newer)); then
+    echo "fuzz build: link $bin"
+    "$cxx" "${flags[@]}" -fsanitize=fuzzer "$obj" "${objs[@]}" -o "$bin"
+  fi
+done
+echo "fuzz build: targets in $out: ${targets[*]/#/fuzz_}"
