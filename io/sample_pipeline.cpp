@@ -19,6 +19,11 @@ int64_t SkipReport::total() const {
 
 void SkipReport::add(SkipExample example) {
   counts[example.reason]++;
+  // A sample met again (the next epoch) is counted again but shown once.
+  for (const SkipExample& e : examples)
+    if (e.sample_id == example.sample_id && e.reason == example.reason &&
+        e.dataset == example.dataset)
+      return;
   if (examples.size() < max_examples) examples.push_back(std::move(example));
 }
 

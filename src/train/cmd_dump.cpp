@@ -66,8 +66,13 @@ DumpResult run_dump(const DumpOptions& o) {
   auto net = model::load_pretrained(o.model_dir, o.dtype);
   parallel::apply_activation_checkpointing(net->blocks(), o.ac);
   net->to(o.device);
-  const model::Batch batch =
-      model::to_device(read_batch_file(o.batch_path, net->has_vision()), o.device);
+  model::Batch host = read_batch_file(o.batch_path, net->has_vision());
+  try { // on the host, before any kernel sees it, as the trainer does
+    model::validate_batch(host, net->vocab_size());
+  } catch (const Error& e) {
+    VLM_FAIL(o.batch_path, ": ", e.what());
+  }
+  const model::Batch batch = model::to_device(host, o.device);
   log_info("dump: ", net->summary(), " in ", dtype_name(o.dtype), " on ", o.device.str(), ", ",
            batch.input_ids.numel(), " tokens, ", batch.cu_seqlens.numel() - 1, " documents, ac ",
            parallel::ac_mode_name(o.ac));
