@@ -249,15 +249,18 @@ StepRecord Trainer::train_step() {
 double Trainer::evaluate() {
   const TrainingOptions& t = config_.training;
   auto val = data_->open_val(config_);
-  std::vector<model::Batch> batches;
-  for (int64_t i = 0; t.eval_batches == 0 || i < t.eval_batches; i++) {
+  // One micro-batch at a time: eval_batches = 0 (the whole split) must not hold the split.
+  double loss_sum = 0;
+  int64_t targets = 0, batches = 0;
+  for (; t.eval_batches == 0 || batches < t.eval_batches; batches++) {
     auto mb = next_micro_batch(*val, t.micro_batch_rows, *model_, device_);
     if (!mb) break;
-    batches.push_back(std::move(mb->batch));
+    auto [sum, n] = stepper_->evaluate({mb->batch});
+    loss_sum += sum;
+    targets += n;
   }
-  VLM_CHECK(!batches.empty(), "eval: data.val_split '", config_.data.val_split,
+  VLM_CHECK(batches > 0, "eval: data.val_split '", config_.data.val_split,
             "' gave no complete micro-batch of ", t.micro_batch_rows, " rows");
-  auto [loss_sum, targets] = stepper_->evaluate(batches);
   const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
   summary_.eval_loss = loss;
   metrics_->write_eval(state_.step, loss, targets);
