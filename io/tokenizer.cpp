@@ -634,10 +634,8 @@ void Tokenizer::Impl::load_model(const json& model, RawModel& raw) {
     VLM_CHECK(id >= 0 && id < std::numeric_limits<int32_t>::max(), file, ": model.vocab[",
               json(tok).dump(), "] is ", id, ", not a non-negative 32-bit id");
     VLM_CHECK(id < id_limit, file, ": model.vocab[", json(tok).dump(), "] is ", id,
-              ", far beyond the ", id_limit - kMaxIdHoles,
-              " tokens of the file (ids may leave at "
-              "most ",
-              kMaxIdHoles, " unused)");
+              ", far beyond the ", id_limit - kMaxIdHoles, " tokens of the file (at most ",
+              kMaxIdHoles, " ids may be left unused)");
     max_id = std::max(max_id, id);
   }
   tokens.assign(size_t(max_id + 1), std::string());
@@ -698,10 +696,8 @@ void Tokenizer::Impl::load_added(const json& list) {
                   t.contains("content") && t["content"].is_string(),
               file, ": ", where, " needs an integer \"id\" and a string \"content\": ", t.dump());
     VLM_CHECK(t["id"].get<int64_t>() < id_limit, file, ": ", where, " has id ", t["id"].dump(),
-              ", far beyond the ", id_limit - kMaxIdHoles,
-              " tokens of the file (ids may leave at "
-              "most ",
-              kMaxIdHoles, " unused)");
+              ", far beyond the ", id_limit - kMaxIdHoles, " tokens of the file (at most ",
+              kMaxIdHoles, " ids may be left unused)");
     AddedToken a;
     a.id = t["id"].get<int32_t>();
     a.content = t["content"];
