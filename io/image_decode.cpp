@@ -271,11 +271,20 @@ bool png_read_header(PngDecoder& d, PngHeader& h) {
   png_set_crc_action(d.png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
   png_get_IHDR(d.png, d.info, &h.width, &h.height, &h.bit_depth, &h.color_type, &h.interlace,
                nullptr, nullptr);
+  // The stored row size after png_set_packing (one byte per sample below 8 bits), computed here
+  // so that the caller checks it before png_read_update_info allocates libpng's row buffers.
+  const int64_t sample_bytes = h.bit_depth == 16 ? 2 : 1;
+  h.row_bytes = size_t(int64_t(h.width) * png_get_channels(d.png, d.info) * sample_bytes);
+  return true;
+}
+
+// Sets up the transforms and libpng's row buffers (sized by the header: check it first).
+bool png_start_rows(PngDecoder& d, const PngHeader& h) {
+  if (setjmp(png_jmpbuf(d.png))) return false;
   if (h.bit_depth < 8) png_set_packing(d.png); // one byte per sample, values unscaled
   png_set_interlace_handling(d.png);
   png_read_update_info(d.png, d.info);
-  h.row_bytes = png_get_rowbytes(d.png, d.info);
-  return true;
+  return png_get_rowbytes(d.png, d.info) == h.row_bytes;
 }
 
 // True once every row is in the caller's buffer: libpng stores the last row before it reads the
@@ -426,6 +435,7 @@ Image decode_png(std::string_view bytes, std::string_view hint, int64_t max_pixe
     throw ImageError(ImageErrorKind::truncated,
                      describe("truncated PNG data", hint, bytes.size(), os.str()));
   }
+  if (!png_start_rows(d, h)) throw fail("row setup");
   std::vector<uint8_t> raw(h.row_bytes * h.height);
   std::vector<png_bytep> rows(h.height);
   for (size_t y = 0; y < h.height; y++) rows[y] = raw.data() + y * h.row_bytes;
