@@ -204,6 +204,29 @@ TEST_CASE("gpu rope: tables, forward and backward match the CPU op (partial rota
   }
 }
 
+TEST_CASE("gpu mrope: tables from [3, T] position ids match the CPU op (i32/i64)", "[gpu]") {
+  require_device();
+  // Three different rows (t, h, w as for an image) with the released models' section layout.
+  const int64_t tokens = 300;
+  std::vector<int64_t> pos(3 * tokens);
+  for (int64_t t = 0; t < tokens; t++) {
+    pos[size_t(t)] = t % 97;
+    pos[size_t(tokens + t)] = t % 97 + t % 7;
+    pos[size_t(2 * tokens + t)] = t % 97 + t % 11;
+  }
+  const Tensor pos64 = Tensor::from_vector(pos, {3, tokens});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const RopeTables tc = mrope_tables(pos64, 128, 5e6, {24, 20, 20}, dt);
+    for (const Tensor& p : {pos64, pos64.to(DType::i32)}) {
+      const RopeTables tg = mrope_tables(gpu(p), 128, 5e6, {24, 20, 20}, dt);
+      CHECK(tg.cos.device() == kGpu);
+      CHECK(rel_err(tg.cos, tc.cos) <= (dt == DType::bf16 ? 8e-3 : 1e-6));
+      CHECK(rel_err(tg.sin, tc.sin) <= (dt == DType::bf16 ? 8e-3 : 1e-6));
+    }
+  }
+}
+
 TEST_CASE("gpu embedding / index_select / index_add match the CPU ops bit for bit", "[gpu]") {
   require_device();
   Rng rng(51);

@@ -1,11 +1,14 @@
 #include "src/core/ops/rope.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/rope.h"
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/index.h"
+#include "src/core/ops/shape_ops.h"
 
 namespace vlm {
 
@@ -88,6 +91,40 @@ RopeTables rope_tables(const Tensor& position_ids, int64_t rotary_dim, double th
                                             tokens, rotary_dim, theta, stream);
         });
       });
+  return t;
+}
+
+RopeTables mrope_tables(const Tensor& position_ids, int64_t rotary_dim, double theta,
+                        const std::array<int64_t, 3>& sections, DType dtype) {
+  check_defined("mrope_tables", "position_ids", position_ids);
+  VLM_CHECK(position_ids.dim() == 2 && position_ids.size(0) == 3,
+            "mrope_tables: position_ids must be [3, T] (rows t, h, w), got ",
+            describe("position_ids", position_ids));
+  VLM_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0,
+            "mrope_tables: rotary_dim must be even and >= 2, got ", rotary_dim);
+  const int64_t half = rotary_dim / 2;
+  VLM_CHECK(sections[0] >= 0 && sections[1] >= 0 && sections[2] >= 0 &&
+                sections[0] + sections[1] + sections[2] == half,
+            "mrope_tables: mrope_section (", sections[0], ", ", sections[1], ", ", sections[2],
+            ") must be non-negative and sum to rotary_dim / 2 = ", half);
+  // The tables of each row, side by side [T, 3 * R/2], then slot i picked from its row's block:
+  // cos and sin are elementwise in the angle, so picking slots after them is picking angles.
+  std::vector<RopeTables> rows;
+  for (int64_t a = 0; a < 3; a++)
+    rows.push_back(rope_tables(reshape(slice(position_ids, 0, a, a + 1), {position_ids.size(1)}),
+                               rotary_dim, theta, dtype));
+  std::vector<int64_t> pick(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; i++) {
+    int64_t row = 0;
+    if (i % 3 == 1 && i < 3 * sections[1]) row = 1;
+    if (i % 3 == 2 && i < 3 * sections[2]) row = 2;
+    pick[size_t(i)] = row * half + i;
+  }
+  const Tensor index = Tensor::from_vector(pick, {half}, position_ids.device());
+  RopeTables t;
+  t.rotary_dim = rotary_dim;
+  t.cos = index_select(concat({rows[0].cos, rows[1].cos, rows[2].cos}, 1), 1, index);
+  t.sin = index_select(concat({rows[0].sin, rows[1].sin, rows[2].sin}, 1), 1, index);
   return t;
 }
 

@@ -3,6 +3,7 @@
 // formula and rounding. Dims >= rotary_dim pass through unchanged (Qwen3.5: rotary_dim = D/4).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "src/core/tensor.h"
@@ -11,7 +12,7 @@ namespace vlm {
 
 // cos/sin of every (token, frequency slot): [T, rotary_dim / 2] each, in the activation dtype
 // (computed in fp32, or f64 for f64, then rounded as HF does). Build once per batch and pass to
-// every layer; MRoPE will add a builder from 3-D position ids that returns the same tables.
+// every layer; mrope_tables builds them from 3-D position ids.
 struct RopeTables {
   Tensor cos, sin;
   int64_t rotary_dim = 0;
@@ -20,6 +21,15 @@ struct RopeTables {
 // position_ids: [T] i32 or i64 (restarting per packed document is the caller's business);
 // rotary_dim even and in [2, ...]; theta > 0; dtype f32, f64 or bf16.
 RopeTables rope_tables(const Tensor& position_ids, int64_t rotary_dim, double theta, DType dtype);
+
+// Interleaved MRoPE (Qwen3-VL and Qwen3.5 text side, qwen-models.md §2.2): position_ids [3, T]
+// (rows t, h, w; i32 or i64). Frequency slot i < R/2 takes its angle from row h when i % 3 == 1
+// and i < 3·sections[1], from row w when i % 3 == 2 and i < 3·sections[2], else from row t (so
+// the tail past 3·min(sections) stays t). sections[0] + [1] + [2] = R/2. The slots interleave the
+// frequency index, not the head-dim halves: dims j and j + R/2 share slot j. Equal rows (pure
+// text) give exactly rope_tables of that row.
+RopeTables mrope_tables(const Tensor& position_ids, int64_t rotary_dim, double theta,
+                        const std::array<int64_t, 3>& sections, DType dtype);
 
 // x: [T, H, D] float; tables from rope_tables with T rows, rotary_dim <= D and x's dtype.
 // Differentiable in x (the backward is the inverse rotation); the tables get no gradient.
