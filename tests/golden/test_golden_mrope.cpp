@@ -45,7 +45,7 @@ TEST_CASE("mrope: tables equal transformers' Qwen3-VL rotary embedding", "[golde
   }
 }
 
-TEST_CASE("mrope: equal rows give exactly the 1-D tables; bad arguments are named", "[golden]") {
+TEST_CASE("mrope: equal rows give exactly the 1-D tables, bad arguments are named", "[golden]") {
   const std::vector<int64_t> p = {0, 1, 2, 3, 0, 1, 7};
   std::vector<int64_t> three;
   for (int a = 0; a < 3; a++) three.insert(three.end(), p.begin(), p.end());
