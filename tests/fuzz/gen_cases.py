@@ -193,8 +193,8 @@ class Gen:
         return ["@BIN@", "data", "inspect", ds, "--tokenizer", tok or self.tok]
 
     def pack(self, ds, d):
-        # The loader's default image token id is Qwen's (151655), so packing needs the real Qwen
-        # tokenizer; without one the pack cases are left out (see commands()).
+        # With the real Qwen tokenizer (the shared test data); without one the pack cases are left
+        # out (see commands()).
         return ["@BIN@", "data", "pack", ds, "--tokenizer", self.qwen, "--seq-len", "128",
                 "--threads", "1", "--out", os.path.join(d, "plan.bin")]
 
