@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "src/base/check.h"
+#include "src/core/ops/shape_ops.h"
 
 namespace vlm::model {
 
@@ -58,6 +59,21 @@ VisionPositions vision_positions(const std::vector<GridTHW>& grids, int64_t tabl
     }
   }
   return p;
+}
+
+RopeTables vision_rope_tables(const VisionPositions& p, int64_t head_dim, double theta,
+                              Device device) {
+  VLM_CHECK(head_dim >= 4 && head_dim % 4 == 0,
+            "vision_rope_tables: the vision head dim must be a multiple of 4, got ", head_dim);
+  const Tensor rows = Tensor::from_vector(p.rows, {p.patches}, device);
+  const Tensor cols = Tensor::from_vector(p.cols, {p.patches}, device);
+  const RopeTables r = rope_tables(rows, head_dim / 2, theta, DType::f32);
+  const RopeTables c = rope_tables(cols, head_dim / 2, theta, DType::f32);
+  RopeTables t;
+  t.rotary_dim = head_dim;
+  t.cos = concat({r.cos, c.cos}, 1);
+  t.sin = concat({r.sin, c.sin}, 1);
+  return t;
 }
 
 } // namespace vlm::model

@@ -8,11 +8,14 @@
 //     and fp32 weights per patch (transformers 5.24's closed form: 1 − d for the lower tap,
 //     1 − |d − 1| for the upper one);
 //   * cu_seqlens: one attention segment per image and per temporal slice (gh·gw patches each).
+// vision_rope_tables turns rows / cols into the attention's rotary tables.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
+
+#include "src/core/ops/rope.h"
 
 namespace vlm::model {
 
@@ -25,6 +28,13 @@ struct VisionPositions {
   std::vector<int32_t> cu_seqlens; // [segments + 1]
   int64_t patches = 0;
 };
+
+// The 2-D rotary tables of the vision attention (qwen-models.md §2.4 step 3, rope type "axial"):
+// slots [0, hd/4) rotate by the patch row, slots [hd/4, hd/2) by its column, both with the
+// frequencies of a hd/2-dim rope (inv_freq[i] = theta^(-2i/(hd/2))); fp32, as HF applies them
+// (q and k upcast). On `device`; rope() applies them over the whole head dim.
+RopeTables vision_rope_tables(const VisionPositions& positions, int64_t head_dim, double theta,
+                              Device device = Device::cpu());
 
 // grids: every image (and video) of the batch in order; h and w multiples of `merge`;
 // table_side: sqrt(num_position_embeddings) (48 for the released models). Errors name the grid.
