@@ -3,23 +3,8 @@
 // Input: one flag byte, then the json part; a NUL byte ends the json and starts the txt part.
 //   flags bits 0-1: image parts (0-3), bit 2: txt part, bit 3: json part,
 //         bits 4-5: subflavor type_dataset (none, llava_recap, llava_recap_mn5, none).
-#include <optional>
-
 #include "io/chat_format.h"
 #include "tools/fuzz/fuzz_common.h"
-
-namespace {
-
-const vlm::io::Tokenizer* tokenizer() {
-  static const std::optional<vlm::io::Tokenizer> tok = []() -> std::optional<vlm::io::Tokenizer> {
-    const char* path = std::getenv("VLM_FUZZ_TOKENIZER");
-    if (!path || !*path) return std::nullopt;
-    return vlm::io::Tokenizer::from_file(path);
-  }();
-  return tok ? &*tok : nullptr;
-}
-
-} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
@@ -45,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     vlm::io::ChatSample chat = vlm::io::parse_chat_sample(s);
     std::string text = vlm::io::render_chat(chat);
     vlm::fuzz::touch(text.data(), text.size());
-    if (const vlm::io::Tokenizer* tok = tokenizer()) {
+    if (const vlm::io::Tokenizer* tok = vlm::fuzz::env_tokenizer()) {
       std::vector<int64_t> pads(chat.image_parts.size(), 4);
       vlm::io::TokenizedChat t = vlm::io::tokenize_chat(chat, *tok, pads);
       if (t.input_ids.size() != t.labels.size()) {

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <typeinfo>
 
+#include "io/tokenizer.h"
 #include "src/base/check.h"
 
 namespace vlm::fuzz {
@@ -25,6 +27,16 @@ inline const std::string& scratch_path(const char* tag) {
     return dir + "/vlm_fuzz_" + tag + "_" + std::to_string(getpid());
   }();
   return path;
+}
+
+// The real tokenizer that VLM_FUZZ_TOKENIZER names (loaded once), or null when it is unset.
+inline const io::Tokenizer* env_tokenizer() {
+  static const std::optional<io::Tokenizer> tok = []() -> std::optional<io::Tokenizer> {
+    const char* path = std::getenv("VLM_FUZZ_TOKENIZER");
+    if (!path || !*path) return std::nullopt;
+    return io::Tokenizer::from_file(path);
+  }();
+  return tok ? &*tok : nullptr;
 }
 
 // Writes the input to the scratch file (truncating the previous one) and returns its path.

@@ -10,15 +10,6 @@
 
 namespace {
 
-const vlm::io::Tokenizer* text_tokenizer() {
-  static const std::optional<vlm::io::Tokenizer> tok = []() -> std::optional<vlm::io::Tokenizer> {
-    const char* path = std::getenv("VLM_FUZZ_TOKENIZER");
-    if (!path || !*path) return std::nullopt;
-    return vlm::io::Tokenizer::from_file(path);
-  }();
-  return tok ? &*tok : nullptr;
-}
-
 void exercise(const vlm::io::Tokenizer& tok, std::string_view text) {
   std::vector<int32_t> ids = tok.encode(text);
   std::string back = tok.decode(ids);
@@ -47,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (tok.vocab_size() > 0) tok.id_to_token(int32_t(tok.vocab_size() - 1));
     });
   } else {
-    const vlm::io::Tokenizer* tok = text_tokenizer();
+    const vlm::io::Tokenizer* tok = vlm::fuzz::env_tokenizer();
     if (!tok) return 0;
     std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
     vlm::fuzz::expect_only_vlm_errors([&] { exercise(*tok, text); });
