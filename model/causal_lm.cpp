@@ -1,5 +1,7 @@
 #include "model/causal_lm.h"
 
+#include <cctype>
+
 namespace vlm::model {
 
 namespace {
@@ -21,7 +23,15 @@ const char* param_group_name(ParamGroup g) {
 }
 
 ParamKind param_kind_by_name(const std::string& name) {
-  if (ends_with(name, "norm.weight")) return ParamKind::norm;
+  if (ends_with(name, ".weight")) {
+    // The module's own name: "...norm" or a numbered "...norm1" (vision blocks).
+    std::string module = name.substr(0, name.size() - 7);
+    module = module.substr(module.rfind('.') + 1);
+    while (!module.empty() && std::isdigit(static_cast<unsigned char>(module.back())))
+      module.pop_back();
+    if (ends_with(module, "norm")) return ParamKind::norm;
+    if (module == "pos_embed") return ParamKind::embedding;
+  }
   if (ends_with(name, ".bias")) return ParamKind::bias;
   if (ends_with(name, "embed_tokens.weight")) return ParamKind::embedding;
   return ParamKind::weight;

@@ -33,7 +33,7 @@ const char* param_group_name(ParamGroup g);
 // What a parameter is, for weight decay:
 //   norm       any norm weight
 //   bias       any bias
-//   embedding  token embeddings (also the head of a tied model)
+//   embedding  token embeddings (also the head of a tied model), the vision position table
 //   weight     every other weight, including an untied lm_head
 enum class ParamKind : uint8_t { weight, norm, bias, embedding };
 
@@ -42,8 +42,10 @@ struct ParamRole {
   ParamKind kind = ParamKind::weight;
 };
 
-// The kind by the HF naming conventions every Qwen family follows: "...norm.weight" (input /
-// post-attention layernorm, q/k norms, the final norm), "....bias", "...embed_tokens.weight".
+// The kind by the HF naming conventions every Qwen family follows: "...norm.weight" and
+// "...normN.weight" (input / post-attention layernorm, q/k norms, the final norm, the vision
+// blocks' norm1 / norm2), "....bias", "...embed_tokens.weight" and the vision position table
+// "...pos_embed.weight" (embeddings).
 ParamKind param_kind_by_name(const std::string& name);
 
 class CausalLM : public nn::Module {

@@ -20,9 +20,14 @@
 namespace vlm::model {
 
 // What a built-in config may adapt to the run: a vocabulary at least this large (the tokenizer's
-// size, rounded up as the preset likes); 0 keeps the preset's.
+// size, rounded up as the preset likes; 0 keeps the preset's) and, for VLMs, the tokenizer's ids
+// of <|image_pad|>, <|video_pad|>, <|vision_start|>, <|vision_end|> (-1 keeps the preset's).
 struct PresetOptions {
   int64_t min_vocab_size = 0;
+  int64_t image_token_id = -1;
+  int64_t video_token_id = -1;
+  int64_t vision_start_token_id = -1;
+  int64_t vision_end_token_id = -1;
 };
 
 struct ModelSpec {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/config_json.h"
 #include "src/base/check.h"
 
 namespace vlm::model {
@@ -12,54 +13,6 @@ namespace vlm::model {
 namespace {
 
 using nlohmann::json;
-
-// A present, non-null key.
-bool has(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
-int64_t get_int(const json& j, const char* key, const std::string& where) {
-  VLM_CHECK(has(j, key), where, ": missing required key '", key, "'");
-  const json& v = j[key];
-  VLM_CHECK(v.is_number_integer() ||
-                (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-                 std::fabs(v.get<double>()) < 9e18),
-            where, ": key '", key, "' must be an integer, got ", v.dump());
-  return v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-}
-
-int64_t get_int(const json& j, const char* key, const std::string& where, int64_t fallback) {
-  return has(j, key) ? get_int(j, key, where) : fallback;
-}
-
-double get_double(const json& j, const char* key, const std::string& where, double fallback) {
-  if (!has(j, key)) return fallback;
-  VLM_CHECK(j[key].is_number(), where, ": key '", key, "' must be a number, got ", j[key].dump());
-  return j[key].get<double>();
-}
-
-bool get_bool(const json& j, const char* key, const std::string& where, bool fallback) {
-  if (!has(j, key)) return fallback;
-  VLM_CHECK(j[key].is_boolean(), where, ": key '", key, "' must be true or false, got ",
-            j[key].dump());
-  return j[key].get<bool>();
-}
-
-std::string get_string(const json& j, const char* key, const std::string& where,
-                       const std::string& fallback) {
-  if (!has(j, key)) return fallback;
-  VLM_CHECK(j[key].is_string(), where, ": key '", key, "' must be a string, got ", j[key].dump());
-  return j[key].get<std::string>();
-}
-
-// The RoPE type of a rope_parameters / rope_scaling object ("rope_type", legacy "type").
-std::string rope_type_of(const json& r, const char* key, const std::string& where) {
-  VLM_CHECK(r.is_object(), where, ": key '", key, "' must be an object or null, got ", r.dump());
-  std::string type = "default";
-  if (has(r, "rope_type"))
-    type = get_string(r, "rope_type", where + " (" + key + ")", "default");
-  else if (has(r, "type"))
-    type = get_string(r, "type", where + " (" + key + ")", "default");
-  return type;
-}
 
 // Bounds of the sizes a config.json may declare (far above any real Qwen3: vocab 151936,
 // hidden 5120, intermediate 25600, 64 layers).
@@ -103,53 +56,53 @@ void Qwen3Config::validate() const {
 
 Qwen3Config Qwen3Config::from_json(const json& j, const std::string& where) {
   VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
-  const std::string model_type = get_string(j, "model_type", where, "qwen3");
+  const std::string model_type = json_string(j, "model_type", where, "qwen3");
   VLM_CHECK(model_type == "qwen3", where, ": key 'model_type' is '", model_type,
             "'; this loader reads Qwen3 text models (model_type \"qwen3\") only");
   Qwen3Config c;
-  c.vocab_size = get_int(j, "vocab_size", where);
-  c.hidden_size = get_int(j, "hidden_size", where);
-  c.intermediate_size = get_int(j, "intermediate_size", where);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", where);
-  c.num_attention_heads = get_int(j, "num_attention_heads", where);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", where, c.num_attention_heads);
-  c.head_dim = get_int(j, "head_dim", where, 128); // transformers' Qwen3Config default
-  c.rms_norm_eps = get_double(j, "rms_norm_eps", where, 1e-6);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", where, false);
-  c.attention_bias = get_bool(j, "attention_bias", where, false);
-  c.initializer_range = get_double(j, "initializer_range", where, 0.02);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", where, 32768);
+  c.vocab_size = json_int(j, "vocab_size", where);
+  c.hidden_size = json_int(j, "hidden_size", where);
+  c.intermediate_size = json_int(j, "intermediate_size", where);
+  c.num_hidden_layers = json_int(j, "num_hidden_layers", where);
+  c.num_attention_heads = json_int(j, "num_attention_heads", where);
+  c.num_key_value_heads = json_int(j, "num_key_value_heads", where, c.num_attention_heads);
+  c.head_dim = json_int(j, "head_dim", where, 128); // transformers' Qwen3Config default
+  c.rms_norm_eps = json_double(j, "rms_norm_eps", where, 1e-6);
+  c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where, false);
+  c.attention_bias = json_bool(j, "attention_bias", where, false);
+  c.initializer_range = json_double(j, "initializer_range", where, 0.02);
+  c.max_position_embeddings = json_int(j, "max_position_embeddings", where, 32768);
   // transformers 5 writes "dtype", 4.x "torch_dtype".
-  c.torch_dtype = get_string(j, "dtype", where, get_string(j, "torch_dtype", where, "bfloat16"));
+  c.torch_dtype = json_string(j, "dtype", where, json_string(j, "torch_dtype", where, "bfloat16"));
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-    if (has(j, key)) c.token_ids[key] = j[key];
+    if (has_key(j, key)) c.token_ids[key] = j[key];
 
   // RoPE: rope_parameters (transformers 5) wins over the legacy rope_theta / rope_scaling.
-  if (has(j, "rope_parameters")) {
+  if (has_key(j, "rope_parameters")) {
     const json& r = j["rope_parameters"];
     std::string type = rope_type_of(r, "rope_parameters", where);
     VLM_CHECK(type == "default", where, ": key 'rope_parameters.rope_type' is '", type,
               "'; only \"default\" RoPE is implemented for Qwen3");
-    c.rope_theta = get_double(r, "rope_theta", where + " (rope_parameters)",
-                              get_double(j, "rope_theta", where, 10000.0));
-    VLM_CHECK(!has(r, "partial_rotary_factor") || r["partial_rotary_factor"] == 1.0, where,
+    c.rope_theta = json_double(r, "rope_theta", where + " (rope_parameters)",
+                               json_double(j, "rope_theta", where, 10000.0));
+    VLM_CHECK(!has_key(r, "partial_rotary_factor") || r["partial_rotary_factor"] == 1.0, where,
               ": key 'rope_parameters.partial_rotary_factor' must be 1 for Qwen3, got ",
               r["partial_rotary_factor"].dump());
   } else {
-    c.rope_theta = get_double(j, "rope_theta", where, 10000.0);
-    if (has(j, "rope_scaling")) {
+    c.rope_theta = json_double(j, "rope_theta", where, 10000.0);
+    if (has_key(j, "rope_scaling")) {
       std::string type = rope_type_of(j["rope_scaling"], "rope_scaling", where);
       VLM_CHECK(type == "default", where, ": key 'rope_scaling' has type '", type,
                 "'; only \"default\" RoPE (rope_scaling null) is implemented for Qwen3");
     }
   }
 
-  const std::string act = get_string(j, "hidden_act", where, "silu");
+  const std::string act = json_string(j, "hidden_act", where, "silu");
   VLM_CHECK(act == "silu", where, ": key 'hidden_act' is '", act,
             "'; Qwen3's MLP is SwiGLU (\"silu\"), nothing else is implemented");
-  VLM_CHECK(!get_bool(j, "use_sliding_window", where, false), where,
+  VLM_CHECK(!json_bool(j, "use_sliding_window", where, false), where,
             ": key 'use_sliding_window' is true; sliding-window attention is not implemented");
-  if (has(j, "layer_types")) {
+  if (has_key(j, "layer_types")) {
     VLM_CHECK(j["layer_types"].is_array(), where, ": key 'layer_types' must be a list, got ",
               j["layer_types"].dump());
     for (size_t i = 0; i < j["layer_types"].size(); i++)
@@ -210,6 +163,11 @@ json Qwen3Config::to_json() const {
   j["dtype"] = torch_dtype;
   for (const auto& [k, v] : token_ids.items()) j[k] = v;
   return j;
+}
+
+DecoderLayerConfig Qwen3Config::decoder_layer() const {
+  return {hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
+          head_dim,    rms_norm_eps,      attention_bias,      initializer_range};
 }
 
 int64_t Qwen3Config::num_parameters() const {

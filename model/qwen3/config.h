@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "model/text/decoder_layer.h"
+
 namespace vlm::model {
 
 struct Qwen3Config {
@@ -47,6 +49,8 @@ struct Qwen3Config {
   // transformers-5 rope_parameters and the legacy rope_theta, torch_dtype and dtype).
   nlohmann::json to_json() const;
 
+  // The sizes of one decoder layer.
+  DecoderLayerConfig decoder_layer() const;
   // Parameter count (lm_head included only when untied).
   int64_t num_parameters() const;
   // "Qwen3(H=64, L=2, Hq=4, Hkv=2, D=32, I=128, vocab=512, tied)"

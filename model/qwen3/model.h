@@ -23,26 +23,13 @@
 
 #include "model/causal_lm.h"
 #include "model/qwen3/config.h"
+#include "model/text/decoder_layer.h"
 #include "src/core/ops/rope.h"
 #include "src/nn/embedding.h"
 #include "src/nn/linear.h"
 #include "src/nn/rms_norm.h"
 
 namespace vlm::model {
-
-class Qwen3DecoderLayer : public nn::Module {
-public:
-  Qwen3DecoderLayer(const Qwen3Config& config, DType dtype);
-  std::string type_name() const override { return "Qwen3DecoderLayer"; }
-
-  // x: [T, H] -> [T, H].
-  Tensor forward(const Tensor& x, const Tensor& cu_seqlens, const RopeTables& rope) const;
-
-private:
-  int64_t head_dim_;
-  std::shared_ptr<nn::Linear> q_, k_, v_, o_, gate_, up_, down_;
-  std::shared_ptr<nn::RMSNorm> q_norm_, k_norm_, in_norm_, post_norm_;
-};
 
 class Qwen3ForCausalLM : public CausalLM {
 public:

@@ -441,7 +441,8 @@ TEST_CASE("qwen3 model: a decoder layer takes its head counts from its (sharded)
   Qwen3Config half = full;
   half.num_attention_heads = 2;
   half.num_key_value_heads = 1;
-  Qwen3DecoderLayer sharded(full, DType::f64), small(half, DType::f64);
+  Qwen3DecoderLayer sharded(full.decoder_layer(), DType::f64),
+      small(half.decoder_layer(), DType::f64);
   sharded.materialize();
   small.materialize();
   Rng rng(4);

@@ -1,0 +1,74 @@
+// Qwen3-VL dense (qwen-models.md §2) with transformers' parameter names
+// (Qwen3VLForConditionalGeneration): model.visual.* (model/vision/vision_tower.h),
+// model.language_model.{embed_tokens, layers.N.*, norm}.weight — the Qwen3 decoder layer of
+// model/text/ — and lm_head.weight only when untied.
+//
+// Forward of a packed batch (model/batch.h):
+//   1. the vision tower runs on all images of the batch (pixel_values, image_grid_thw in order);
+//   2. token embeddings; the rows at <|image_pad|> are replaced, in order, by the merged image
+//      features (a mask multiply and a scatter-add, so the placeholder's embedding row gets no
+//      gradient, as with transformers' masked_scatter); their count must match;
+//   3. the decoder layers with interleaved MRoPE from [3, T] position ids (restarting per
+//      document; [T] ids mean text-only positions), causal within each document; after layer k
+//      the k-th DeepStack feature is added at the image positions;
+//   4. the final RMSNorm; the head and the loss are model/lm_loss.h's.
+// A batch without images still runs the tower, on one blank 2x2-patch image whose features are
+// scaled by 0: every vision parameter then gets a gradient (exactly zero) and every vision block
+// runs, so each step has the same gradients and the same blocks, whatever its data (FSDP needs
+// both).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/causal_lm.h"
+#include "model/qwen3_vl/config.h"
+#include "model/text/decoder_layer.h"
+#include "model/vision/vision_tower.h"
+#include "src/nn/embedding.h"
+#include "src/nn/linear.h"
+#include "src/nn/rms_norm.h"
+
+namespace vlm::model {
+
+class Qwen3VLForConditionalGeneration : public CausalLM {
+public:
+  explicit Qwen3VLForConditionalGeneration(const Qwen3VLConfig& config,
+                                           DType param_dtype = DType::f32);
+  std::string type_name() const override { return "Qwen3VLForConditionalGeneration"; }
+
+  const Qwen3VLConfig& config() const { return config_; }
+  const VisionTower& visual() const { return *visual_; }
+
+  // --- CausalLM ---------------------------------------------------------------------------------
+  std::string model_type() const override { return "qwen3_vl"; }
+  DType param_dtype() const override { return dtype_; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  bool has_vision() const override { return true; }
+  Tensor hidden_states(const Batch& batch) const override;
+  const Tensor& head_weight() const override;
+  // The vision blocks, then the decoder layers (forward order).
+  std::vector<nn::Module*> blocks() const override;
+  // model.visual.merger.* and model.visual.deepstack_merger_list.* are "mlp", every other
+  // model.visual.* parameter (the position table included) is "vit", the rest "llm".
+  ParamRole param_role(const std::string& name) const override;
+  nlohmann::json hf_config() const override { return config_.to_json(); }
+  // The text side's FLOPs (the vision tower's are not counted yet).
+  TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens,
+                               int64_t num_real_docs = -1) const override;
+  std::string summary() const override { return config_.summary(); }
+
+private:
+  void check_batch(const Batch& batch) const;
+
+  Qwen3VLConfig config_;
+  DType dtype_;
+  std::shared_ptr<VisionTower> visual_;
+  std::shared_ptr<nn::Embedding> embed_;
+  std::shared_ptr<nn::ModuleList> layers_;
+  std::shared_ptr<nn::RMSNorm> norm_;
+  std::shared_ptr<nn::Linear> lm_head_; // null when tied
+};
+
+} // namespace vlm::model
