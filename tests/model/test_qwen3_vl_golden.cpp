@@ -8,90 +8,25 @@
 // (the generator checks transformers' own packed run agrees).
 //
 // Tolerances (the issue's acceptance): logits rel_error <= 1e-5, loss <= 1e-6 absolute, every
-// gradient rel_error <= 1e-4.
+// gradient rel_error <= 1e-4 (observed: logits <= 1.5e-6, loss <= 5e-7, gradients <= 3.4e-6).
+// bf16 vs the same fp32 golden, the Qwen3 test's bounds and reasons (tests/model/
+// test_qwen3_golden.cpp): logits <= 2e-2 (observed 1.1e-2 untied, 9.3e-3 tied), loss <= 1e-3
+// (1.4e-4, 1.8e-4), gradients <= 1e-1 (3.1e-2, 3.5e-2, both at the last layer's q/k norm).
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <string>
+#include <vector>
 
 #include "io/packing.h"
-#include "io/safetensors.h"
-#include "src/train/cmd_dump.h"
-#include "tests/golden/golden.h"
-#include "tests/temp_dir.h"
+#include "tests/model/qwen3_vl_golden_cases.h"
 
 using namespace vlm;
-using vlm::testing::Golden;
-using vlm::testing::kGoldenF32Tol;
+using namespace vlm::testing::qwen3_vl_golden;
 using vlm::testing::read_all_tensors;
-using vlm::testing::rel_error;
 
 namespace {
 
-constexpr double kLossTol = 1e-6;
-constexpr double kGradTol = 1e-4;
 constexpr int32_t kImagePad = 500, kVisionStart = 502, kVisionEnd = 503;
-
-std::string data(const std::string& rel) {
-  return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
-}
-
-std::string batch_file(const std::string& c) {
-  return data("qwen3_vl_tiny_batches/" + c + ".safetensors");
-}
-
-struct Errors {
-  double logits = 0, loss = 0, worst_grad = 0;
-  std::string worst_grad_name;
-  size_t grads_compared = 0, zero_vision_grads = 0;
-};
-
-Errors run_case(const std::string& variant, const std::string& batch,
-                parallel::AcMode ac = parallel::AcMode::off) {
-  const std::string c = variant + "_" + batch;
-  testing::TempDir tmp("qwen3_vl_dump");
-  train::DumpOptions o;
-  o.model_dir = data("qwen3_vl_tiny_" + variant);
-  o.batch_path = batch_file(c);
-  o.out_path = tmp.file("dump.safetensors");
-  o.grads = true;
-  o.ac = ac;
-  train::run_dump(o);
-  auto got = read_all_tensors(o.out_path);
-
-  const Golden g("qwen3_vl_tiny");
-  Errors e;
-  REQUIRE(got.count("logits"));
-  REQUIRE(got.count("loss"));
-  e.logits = rel_error(got["logits"], g.get(c, "logits"));
-  e.loss = std::abs(got["loss"].item() - g.get(c, "loss").item());
-  for (const auto& [name, grad] : got) {
-    if (name == "logits" || name == "loss") continue;
-    INFO("parameter " << name);
-    if (!g.has(c, "grad." + name)) {
-      // transformers' text-only run leaves the tower out of the graph (no gradient); ours runs
-      // it on a blank image scaled by 0, so the gradient exists and is exactly zero.
-      CHECK(name.rfind("model.visual.", 0) == 0);
-      CHECK(rel_error(grad, Tensor::zeros(grad.shape(), grad.dtype())) == 0.0);
-      e.zero_vision_grads++;
-      continue;
-    }
-    const double err = rel_error(grad, g.get(c, "grad." + name));
-    e.grads_compared++;
-    if (err > e.worst_grad) e.worst_grad = err, e.worst_grad_name = name;
-  }
-  std::printf("golden %s %s: logits %.2e, loss %.2e, worst grad %.2e (%s), %zu gradients, %zu "
-              "zero vision gradients\n",
-              c.c_str(), parallel::ac_mode_name(ac), e.logits, e.loss, e.worst_grad,
-              e.worst_grad_name.c_str(), e.grads_compared, e.zero_vision_grads);
-  return e;
-}
-
-void check_close(const Errors& e) {
-  CHECK(e.logits <= kGoldenF32Tol);
-  CHECK(e.loss <= kLossTol);
-  CHECK(e.worst_grad <= kGradTol);
-}
 
 std::vector<int64_t> ints(const Tensor& t) {
   std::vector<int64_t> out;
@@ -105,26 +40,28 @@ TEST_CASE("qwen3_vl golden: dump on a packed row of image and text documents mat
           "transformers, untied (vision hd 16) and tied (vision hd 72)") {
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
-    Errors e = run_case(variant, "packed");
-    check_close(e);
-    // Every parameter has its golden gradient (the tied model has no lm_head of its own).
-    CHECK(e.zero_vision_grads == 0u);
-    CHECK(e.grads_compared == (std::string(variant) == "tied" ? 121u : 122u));
+    check_f32(run_case(variant, "packed"), variant, "packed");
   }
 }
 
 TEST_CASE("qwen3_vl golden: a row with no image runs the text path; vision gradients are zero") {
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
-    Errors e = run_case(variant, "text");
-    check_close(e);
-    CHECK(e.zero_vision_grads == 75u); // every vision parameter: the same set every step
+    // Every vision parameter has a (zero) gradient: the same set every step.
+    check_f32(run_case(variant, "text"), variant, "text");
   }
 }
 
 TEST_CASE("qwen3_vl golden: activation checkpointing full and selective match transformers too") {
   for (auto ac : {parallel::AcMode::full, parallel::AcMode::selective})
-    check_close(run_case("untied", "packed", ac));
+    check_f32(run_case("untied", "packed", ac), "untied", "packed");
+}
+
+TEST_CASE("qwen3_vl golden: bf16 parameters and activations stay close to the fp32 reference") {
+  for (const char* variant : {"untied", "tied"}) {
+    INFO(variant);
+    check_bf16(run_case(variant, "packed", parallel::AcMode::off, Device::cpu(), DType::bf16));
+  }
 }
 
 TEST_CASE("qwen3_vl golden: the packer's 3-D position ids for the row equal transformers' "

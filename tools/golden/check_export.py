@@ -1,10 +1,12 @@
 """Checks an exported HF snapshot in transformers against our own numbers (manual verification).
 
 Loads DIR (written by save_hf_snapshot, e.g. `vlmtrain dump ... --export DIR`) with
-transformers' Qwen3ForCausalLM, runs the batch file that `vlmtrain dump` used (input_ids, labels,
-position_ids, cu_seqlens) as one packed row — position-ids varlen with use_cache=False, without
-which transformers silently attends across documents — and compares the logits and the loss with
-the dump file. The model runs in the snapshot's dtype on CPU with eager attention. If DIR holds
+transformers (Qwen3ForCausalLM, or Qwen3VLForConditionalGeneration for model_type qwen3_vl), checks
+that it reports no missing and no unexpected keys, runs the batch file that `vlmtrain dump` used
+(input_ids, labels, position_ids, cu_seqlens; pixel_values and image_grid_thw for Qwen3-VL) as
+one packed row — position-ids varlen with use_cache=False, without which transformers silently
+attends across documents; for Qwen3-VL the 4-row form whose row 0 (text positions restarting per
+document) marks the documents — and compares the logits and the loss with the dump file. The model runs in the snapshot's dtype on CPU with eager attention. If DIR holds
 tokenizer files, the tokenizer is loaded too (a smoke check that they were copied intact).
 
 Usage:
@@ -13,6 +15,8 @@ Usage:
       --export /tmp/export
   python3 tools/golden/check_export.py /tmp/export --batch \\
       tests/data/qwen3_tiny_batches/packed.safetensors --dump /tmp/dump.safetensors
+  (Qwen3-VL: --model tests/data/qwen3_vl_tiny_untied and
+   --batch tests/data/qwen3_vl_tiny_batches/untied_packed.safetensors.)
 Exit status 0 when logits rel_error (max-norm) <= --tol (default 1e-5 for float32 snapshots, 2e-2
 for bfloat16) and |loss difference| <= 10 * tol.
 """
@@ -23,7 +27,7 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, Qwen3ForCausalLM
+from transformers import AutoTokenizer, Qwen3ForCausalLM, Qwen3VLForConditionalGeneration
 
 
 def main():
@@ -35,12 +39,18 @@ def main():
     args = ap.parse_args()
 
     with open(os.path.join(args.dir, "config.json")) as f:
-        dtype_name = json.load(f).get("torch_dtype", "float32")
+        config = json.load(f)
+    dtype_name = config.get("torch_dtype", config.get("dtype", "float32"))
+    vision = config.get("model_type") == "qwen3_vl"
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype_name]
     tol = args.tol if args.tol is not None else (1e-5 if dtype == torch.float32 else 2e-2)
 
-    model = Qwen3ForCausalLM.from_pretrained(args.dir, dtype=dtype, attn_implementation="eager")
+    cls = Qwen3VLForConditionalGeneration if vision else Qwen3ForCausalLM
+    model, info = cls.from_pretrained(args.dir, dtype=dtype, attn_implementation="eager",
+                                      output_loading_info=True)
     model.eval()
+    bad_keys = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys")}
+    print(f"loading info: {bad_keys or 'no missing or unexpected keys'}")
     print(f"loaded {args.dir} in transformers: {sum(p.numel() for p in model.parameters())} "
           f"parameters, {dtype_name}, tie_word_embeddings={model.config.tie_word_embeddings}")
     if os.path.exists(os.path.join(args.dir, "tokenizer.json")):
@@ -50,9 +60,19 @@ def main():
     batch = load_file(args.batch)
     ids = batch["input_ids"].long().view(1, -1)
     labels = batch["labels"].long().view(1, -1)
-    pos = batch["position_ids"].long().view(1, -1)
+    kwargs = {}
+    if vision:
+        cu = batch["cu_seqlens"].tolist()
+        text_pos = torch.cat([torch.arange(cu[i + 1] - cu[i]) for i in range(len(cu) - 1)])
+        pos = torch.cat([text_pos.view(1, -1), batch["position_ids"].long().view(3, -1)])
+        pos = pos.view(4, 1, -1)
+        if "pixel_values" in batch:
+            kwargs = dict(pixel_values=batch["pixel_values"].to(dtype),
+                          image_grid_thw=batch["image_grid_thw"].long())
+    else:
+        pos = batch["position_ids"].long().view(1, -1)
     with torch.no_grad():
-        out = model(input_ids=ids, labels=labels, position_ids=pos, use_cache=False)
+        out = model(input_ids=ids, labels=labels, position_ids=pos, use_cache=False, **kwargs)
     ref_logits = out.logits[0].float()
     dump = load_file(args.dump)
     ours = dump["logits"].float()
@@ -60,7 +80,7 @@ def main():
     loss_err = abs(float(dump["loss"]) - float(out.loss))
     print(f"logits rel_error {err:.3e} (tol {tol:g}); loss ours {float(dump['loss']):.7f} "
           f"transformers {float(out.loss):.7f} (|diff| {loss_err:.2e})")
-    ok = err <= tol and loss_err <= 10 * tol
+    ok = err <= tol and loss_err <= 10 * tol and not bad_keys
     print("OK" if ok else "MISMATCH")
     return 0 if ok else 1
 

@@ -1,0 +1,110 @@
+// A Qwen3-VL `vlmtrain dump` of a golden case against the transformers golden
+// (tests/golden/qwen3_vl_tiny.safetensors, tools/golden/gen_qwen3_vl.py), shared by the CPU test
+// (tests/model/test_qwen3_vl_golden.cpp, which says what the cases are) and the CUDA one
+// (tests/gpu/test_gpu_qwen3_vl.cpp); both are held to the same limits.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "io/safetensors.h"
+#include "src/train/cmd_dump.h"
+#include "tests/golden/golden.h"
+#include "tests/temp_dir.h"
+
+namespace vlm::testing::qwen3_vl_golden {
+
+constexpr double kLossTol = 1e-6; // fp32 loss, absolute
+constexpr double kGradTol = 1e-4; // fp32 gradients, max-norm relative (logits: kGoldenF32Tol)
+// bf16 parameters and activations (logits and loss in f32) vs the fp32 golden: see the CPU test.
+constexpr double kBf16LogitsTol = 2e-2;
+constexpr double kBf16LossTol = 1e-3;
+constexpr double kBf16GradTol = 1e-1;
+constexpr size_t kVisionParams = 75; // 4 blocks x 12, patch embed 2, pos_embed, 4 mergers x 6
+
+inline std::string data(const std::string& rel) {
+  return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
+}
+
+// tests/data/qwen3_vl_tiny_batches/<variant>_<batch>.safetensors
+inline std::string batch_file(const std::string& case_name) {
+  return data("qwen3_vl_tiny_batches/" + case_name + ".safetensors");
+}
+
+struct Errors {
+  double logits = 0, loss = 0, worst_grad = 0;
+  std::string worst_grad_name;
+  size_t grads_compared = 0, zero_vision_grads = 0;
+};
+
+// Dumps the tiny `variant` snapshot ("untied" | "tied") on the `batch` ("packed" | "text") case
+// with gradients and compares every output with the golden. A parameter the golden has no
+// gradient for must be a vision parameter of a text-only row with an exactly zero gradient
+// (transformers leaves the tower out of such a graph; ours runs it on a blank image scaled by 0).
+inline Errors run_case(const std::string& variant, const std::string& batch,
+                       parallel::AcMode ac = parallel::AcMode::off, Device device = Device::cpu(),
+                       DType dtype = DType::f32) {
+  const std::string c = variant + "_" + batch;
+  TempDir tmp("qwen3_vl_dump");
+  train::DumpOptions o;
+  o.model_dir = data("qwen3_vl_tiny_" + variant);
+  o.batch_path = batch_file(c);
+  o.out_path = tmp.file("dump.safetensors");
+  o.grads = true;
+  o.ac = ac;
+  o.device = device;
+  o.dtype = dtype;
+  train::run_dump(o);
+  // A dump that silently stayed on the CPU would pass a CUDA test against the golden.
+  CHECK(io::SafetensorsFile(o.out_path).metadata().at("device") == device.str());
+  auto got = read_all_tensors(o.out_path);
+
+  const Golden g("qwen3_vl_tiny");
+  Errors e;
+  REQUIRE(got.count("logits"));
+  REQUIRE(got.count("loss"));
+  CHECK(got["logits"].dtype() == DType::f32);
+  e.logits = rel_error(got["logits"], g.get(c, "logits"));
+  e.loss = std::abs(got["loss"].item() - g.get(c, "loss").item());
+  for (const auto& [name, grad] : got) {
+    if (name == "logits" || name == "loss") continue;
+    INFO("parameter " << name);
+    if (!g.has(c, "grad." + name)) {
+      CHECK(batch == "text");
+      CHECK(name.rfind("model.visual.", 0) == 0);
+      CHECK(rel_error(grad, Tensor::zeros(grad.shape(), grad.dtype())) == 0.0);
+      e.zero_vision_grads++;
+      continue;
+    }
+    const double err = rel_error(grad, g.get(c, "grad." + name));
+    e.grads_compared++;
+    if (!(err <= e.worst_grad)) e.worst_grad = err, e.worst_grad_name = name;
+  }
+  std::printf("golden %s %s %s on %s: logits %.2e, loss %.2e, worst grad %.2e (%s), %zu "
+              "gradients, %zu zero vision gradients\n",
+              c.c_str(), dtype_name(dtype), parallel::ac_mode_name(ac), device.str().c_str(),
+              e.logits, e.loss, e.worst_grad, e.worst_grad_name.c_str(), e.grads_compared,
+              e.zero_vision_grads);
+  return e;
+}
+
+// The fp32 limits, and that every parameter was compared (the tied model has no lm_head).
+inline void check_f32(const Errors& e, const std::string& variant, const std::string& batch) {
+  CHECK(e.logits <= kGoldenF32Tol);
+  CHECK(e.loss <= kLossTol);
+  CHECK(e.worst_grad <= kGradTol);
+  const size_t all = (variant == "tied" ? 121u : 122u);
+  CHECK(e.zero_vision_grads == (batch == "text" ? kVisionParams : 0u));
+  CHECK(e.grads_compared + e.zero_vision_grads == all);
+}
+
+inline void check_bf16(const Errors& e) {
+  CHECK(e.logits <= kBf16LogitsTol);
+  CHECK(e.loss <= kBf16LossTol);
+  CHECK(e.worst_grad <= kBf16GradTol);
+}
+
+} // namespace vlm::testing::qwen3_vl_golden
