@@ -13,15 +13,18 @@
 namespace vlm::train {
 
 // Rows back to back: input ids, next-token targets (io::next_token_targets per row, so no target
-// crosses a row or a document), 1-D position ids, cu_seqlens offset row by row (each row's
-// padding stays its own segment). Images are not used by a text model.
+// crosses a row or a document), position ids ([T], or [3, T] for MRoPE rows: each plane row by
+// row), cu_seqlens offset row by row (each row's padding stays its own segment), and the rows'
+// images in row order (pixel_values [patches, patch_dim] f32, image_grid_thw [images, 3]; absent
+// when no row has one). All rows are of one kind (MRoPE or not).
 model::Batch batch_from_rows(const std::vector<io::PackedRow>& rows);
 
-// The loader of `split` for a text model: data.* keys, the tokenizer's special-token ids, images
-// dropped (ChatFormatOptions::drop_images), one data-parallel rank. training = false: the
-// sequential single-epoch order of validation.
-io::LoaderConfig text_loader_config(const TrainConfig& config, const io::Tokenizer& tokenizer,
-                                    const std::string& tokenizer_path, const std::string& split,
-                                    bool training);
+// The loader of `split`: data.* keys, the tokenizer's special-token ids, one data-parallel rank.
+// vision = true (a VLM): images kept and MRoPE position ids; else images dropped
+// (ChatFormatOptions::drop_images) and 1-D positions. training = false: the sequential
+// single-epoch order of validation.
+io::LoaderConfig loader_config(const TrainConfig& config, const io::Tokenizer& tokenizer,
+                               const std::string& tokenizer_path, const std::string& split,
+                               bool training, bool vision);
 
 } // namespace vlm::train

@@ -19,6 +19,7 @@
 #include "src/base/check.h"
 #include "src/train/batches.h"
 #include "src/train/config.h"
+#include "src/train/model_setup.h"
 
 namespace vlm::train {
 
@@ -261,7 +262,8 @@ int pack(const std::vector<std::string>& args) {
     const train::TrainConfig tc = train::load_train_config(config_path, overrides);
     tok = io::Tokenizer::from_file(tc.model.tokenizer);
     const std::string dataset = cfg.dataset;
-    cfg = train::text_loader_config(tc, *tok, tc.model.tokenizer, tc.data.train_split, true);
+    const bool vision = train::describe_model(tc, *tok)->has_vision();
+    cfg = train::loader_config(tc, *tok, tc.model.tokenizer, tc.data.train_split, true, vision);
     VLM_CHECK(dataset.empty() || dataset == tc.data.data_path, "data pack: dataset '", dataset,
               "' differs from data.data_path '", tc.data.data_path, "' of ", config_path);
     cfg.packing_plan.clear();

@@ -17,12 +17,14 @@ namespace vlm::train {
 namespace {
 
 const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set section.key=value ...]
-                     [--require-loss-drop R]
+                     [--require-loss-drop R] [--require-caption-accuracy A]
   Trains by a TOML config (configs/*.toml; every key: configs/README.md). Without --config it
-  trains the built-in demo (configs/demo.toml): a tiny text model on the synthetic dataset of
-  `vlmtrain data make-demo demo_data`, which is created on the first run.
+  trains the built-in demo (configs/demo.toml): a tiny Qwen3-VL on the synthetic shapes dataset
+  of `vlmtrain data make-demo demo_data`, which is created on the first run, and prints its
+  caption accuracy on held-out images.
   --set section.key=value   override one key (repeatable), e.g. --set training.total_steps=50
   --require-loss-drop R     exit 1 unless the last logged loss <= R x the first (for tests)
+  --require-caption-accuracy A  exit 1 unless the caption accuracy is >= A (in [0, 1])
   --keys                    print every config key with its type, default and meaning (the
                             table of configs/README.md) and exit
 )";
@@ -43,7 +45,7 @@ std::string value_of(const std::vector<std::string>& args, size_t& i) {
 int cmd_train(const std::vector<std::string>& args) {
   std::string config_path;
   std::vector<std::string> overrides;
-  double require_drop = 0;
+  double require_drop = 0, require_caption = -1;
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
     if (a == "--config")
@@ -56,6 +58,12 @@ int cmd_train(const std::vector<std::string>& args) {
       require_drop = std::strtod(v.c_str(), &end);
       VLM_CHECK(end && *end == '\0' && require_drop > 0,
                 "--require-loss-drop expects a positive number, got '", v, "'");
+    } else if (a == "--require-caption-accuracy") {
+      const std::string v = value_of(args, i);
+      char* end = nullptr;
+      require_caption = std::strtod(v.c_str(), &end);
+      VLM_CHECK(end && *end == '\0' && require_caption >= 0 && require_caption <= 1,
+                "--require-caption-accuracy expects a number in [0, 1], got '", v, "'");
     } else if (a == "--keys") {
       std::printf("%s", train_config_keys_markdown().c_str());
       return 0;
@@ -80,6 +88,12 @@ int cmd_train(const std::vector<std::string>& args) {
   if (require_drop > 0 && !(s.last_loss <= require_drop * s.first_loss)) {
     std::fprintf(stderr, "error: the loss did not fall enough: %.4f -> %.4f (required <= %.2f x)\n",
                  s.first_loss, s.last_loss, require_drop);
+    return 1;
+  }
+  if (require_caption >= 0 && !(s.caption_accuracy >= require_caption)) {
+    std::fprintf(stderr, "error: caption accuracy %.3f is below the required %.3f%s\n",
+                 s.caption_accuracy, require_caption,
+                 s.caption_accuracy < 0 ? " (not measured: set training.caption_eval_images)" : "");
     return 1;
   }
   return 0;

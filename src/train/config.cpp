@@ -694,6 +694,7 @@ public:
           "must be f32 or bf16");
     check(t.eval_steps >= 0, "training.eval_steps", "must be >= 0 (0 = no evaluation)");
     check(t.eval_batches >= 0, "training.eval_batches", "must be >= 0 (0 = the whole split)");
+    check(t.caption_eval_images >= 0, "training.caption_eval_images", "must be >= 0 (0 = off)");
     check(t.max_skipped_steps >= 0, "training.max_skipped_steps", "must be >= 0");
     // [data]
     const auto& d = c.data;

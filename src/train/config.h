@@ -126,6 +126,8 @@ const char* data_parallel_name(DataParallel d);
   X(int64_t, eval_steps, 0,                                                                        \
     "eval loss and perplexity on data.val_split every N steps and at the end; 0 = never")          \
   X(int64_t, eval_batches, 20, "micro-batches per evaluation; 0 = the whole val split")            \
+  X(int64_t, caption_eval_images, 0,                                                               \
+    "VLMs on the demo dataset: caption accuracy on N held-out images of data.val_split at the end")\
   X(NanPolicy, nan_policy, NanPolicy::abort,                                                       \
     "non-finite loss or grad norm: abort naming the step and tensor, or skip the update")          \
   X(int64_t, max_skipped_steps, 10,                                                                \

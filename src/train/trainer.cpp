@@ -21,6 +21,8 @@
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
 #include "src/train/batches.h"
+#include "src/train/caption_eval.h"
+#include "src/train/model_setup.h"
 #include "src/train/skip_ceiling.h"
 #include "src/train/stop_signal.h"
 
@@ -87,16 +89,7 @@ std::string checkpoint_dir(const TrainConfig& c, int64_t step) {
 std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tokenizer& tok,
                                              Rng& rng) {
   const TrainingOptions& t = c.training;
-  std::shared_ptr<model::CausalLM> m;
-  if (!c.model.preset.empty()) {
-    model::PresetOptions o;
-    o.min_vocab_size = tok.vocab_size(); // the tokenizer decides the vocabulary
-    m = model::build_model(model::preset_config(c.model.preset, o),
-                           "model.preset \"" + c.model.preset + "\"", t.param_dtype);
-  } else {
-    m = model::build_model(model::read_config_json(c.model.model_dir),
-                           (fs::path(c.model.model_dir) / "config.json").string(), t.param_dtype);
-  }
+  std::shared_ptr<model::CausalLM> m = describe_model(c, tok);
   VLM_CHECK(tok.vocab_size() <= m->vocab_size(), "the tokenizer '", c.model.tokenizer, "' has ",
             tok.vocab_size(), " tokens but the model's vocab_size is ", m->vocab_size());
   parallel::apply_activation_checkpointing(m->blocks(), t.ac_mode);
@@ -140,11 +133,12 @@ struct Trainer::Data {
   io::Tokenizer tokenizer;
   std::unique_ptr<io::DataLoader> train;
   std::vector<int> pattern; // micro-steps per optimizer step
+  bool vision = false;      // the model takes images: the loader keeps them
 
   // Validation data is read from its beginning at every evaluation.
   std::unique_ptr<io::DataLoader> open_val(const TrainConfig& c) const {
     return std::make_unique<io::DataLoader>(
-        text_loader_config(c, tokenizer, c.model.tokenizer, c.data.val_split, false), tokenizer);
+        loader_config(c, tokenizer, c.model.tokenizer, c.data.val_split, false, vision), tokenizer);
   }
 };
 
@@ -162,9 +156,11 @@ Trainer::Trainer(const TrainConfig& c) : config_(c), device_(parse_device(c.trai
   peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
   stepper_ = std::make_unique<TrainStepper>(c, model_);
   data_->pattern = accumulation_pattern(t.tpi_multiplier);
-  data_->train = std::make_unique<io::DataLoader>(
-      text_loader_config(c, data_->tokenizer, c.model.tokenizer, c.data.train_split, true),
-      data_->tokenizer);
+  data_->vision = model_->has_vision();
+  data_->train =
+      std::make_unique<io::DataLoader>(loader_config(c, data_->tokenizer, c.model.tokenizer,
+                                                     c.data.train_split, true, data_->vision),
+                                       data_->tokenizer);
   if (t.eval_steps > 0) data_->open_val(c); // a missing val split fails now, not after hours
 
   state_.model = model_.get();
@@ -272,6 +268,31 @@ double Trainer::evaluate() {
   return loss;
 }
 
+void Trainer::caption_accuracy() {
+  const DataOptions& d = config_.data;
+  VLM_CHECK(model_->has_vision(),
+            "config: training.caption_eval_images = ", config_.training.caption_eval_images,
+            " needs a vision model");
+  io::ImageProcessorConfig image;
+  image.min_pixels = d.min_pixels;
+  image.max_pixels = d.max_pixels;
+  const CaptionAccuracy a =
+      evaluate_demo_captions(*model_, data_->tokenizer, d.data_path, d.val_split, image,
+                             config_.training.caption_eval_images, device_);
+  VLM_CHECK(a.images > 0, "caption accuracy: data.val_split '", d.val_split,
+            "' has no image sample with a demo caption");
+  summary_.caption_accuracy = a.accuracy();
+  for (const auto& ex : a.examples)
+    std::printf("caption %s | truth: %s | model: %s\n", ex.correct ? "right" : "wrong",
+                ex.truth.c_str(), ex.generated.c_str());
+  std::printf("caption accuracy on %lld held-out images: %.1f%% (colour %.1f%%, shape %.1f%%; "
+              "chance <= 9.4%%)\n",
+              (long long)a.images, 100.0 * a.accuracy(),
+              100.0 * double(a.colour_correct) / double(a.images),
+              100.0 * double(a.shape_correct) / double(a.images));
+  std::fflush(stdout);
+}
+
 void Trainer::save_checkpoint() {
   summary_.final_checkpoint = checkpoint_dir(config_, state_.step);
   model::save_hf_snapshot(*model_, model_->hf_config(), summary_.final_checkpoint,
@@ -294,6 +315,7 @@ TrainSummary Trainer::run() {
       break;
     }
   }
+  if (config_.training.caption_eval_images > 0 && !summary_.stop_signal) caption_accuracy();
   summary_.steps = state_.step;
   summary_.skipped_steps = state_.skipped_steps;
   summary_.seconds = now_seconds() - start_seconds_;

@@ -37,6 +37,7 @@ struct TrainSummary {
   int64_t steps = 0;
   double first_loss = 0, last_loss = 0; // means over the first and the last logging window
   double eval_loss = -1;                // the last evaluation's loss; -1 when there was none
+  double caption_accuracy = -1;         // training.caption_eval_images: in [0, 1]; -1 = not run
   int64_t real_tokens = 0, padded_tokens = 0;
   int64_t skipped_steps = 0;
   int64_t skipped_samples = 0; // by the training loader (its report: the end of the summary)
@@ -63,6 +64,9 @@ public:
 
   // The token-mean loss over the val split's first eval_batches micro-batches (logged).
   double evaluate();
+  // The demo's caption accuracy (training.caption_eval_images; src/train/caption_eval.h),
+  // printed with a few examples and kept in the summary.
+  void caption_accuracy();
   // An HF snapshot of the model in checkpoint.output_dir/checkpoint-step-N.
   void save_checkpoint();
 

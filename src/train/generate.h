@@ -1,0 +1,30 @@
+// Greedy generation with any CausalLM: the prompt (text, and for a VLM its images) is extended
+// one argmax token at a time until a stop token or max_new_tokens. Used by `vlmtrain generate`
+// and the demo's caption accuracy. Each step runs the whole sequence again (no KV cache yet): the
+// demo's prompts are tens of tokens, so this costs milliseconds there; long prompts need a cache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "io/position_ids.h"
+#include "model/causal_lm.h"
+
+namespace vlm::train {
+
+struct GenerateInput {
+  std::vector<int32_t> prompt;     // token ids, image placeholders already expanded
+  std::vector<io::GridTHW> grids;  // the prompt's images, in order (VLMs)
+  std::vector<float> pixel_values; // [patches, patch_dim] of those images
+  int64_t patch_dim = 0;
+  int32_t image_token_id = -1; // <|image_pad|> (VLMs: its runs get MRoPE positions)
+  int64_t spatial_merge_size = 2;
+};
+
+// The generated ids (without the prompt; a stop token that ended it included). Runs on the
+// model's device without gradients.
+std::vector<int32_t> greedy_generate(const model::CausalLM& model, const GenerateInput& input,
+                                     int64_t max_new_tokens, const std::vector<int32_t>& stop_ids,
+                                     Device device);
+
+} // namespace vlm::train
