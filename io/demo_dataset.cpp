@@ -1,5 +1,6 @@
 #include "io/demo_dataset.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -58,13 +59,17 @@ WriterSample make_sample(int64_t index, Rng& rng) {
   int64_t w = rng.randint(48, 129), h = rng.randint(48, 129);
   int bg = int(rng.randint(0, 3)); // light grey, cream, pale blue backgrounds
   const uint8_t bgs[3][3] = {{200, 200, 200}, {245, 235, 210}, {200, 220, 240}};
-  int n = int(rng.randint(1, 4));
+  int n = int(rng.randint(1, 3));
   std::vector<Shape> shapes;
   for (int i = 0; i < n; i++) {
-    double r = double(rng.randint(6, std::min(w, h) / 4 + 1));
+    double r = double(rng.randint(std::min(w, h) / 6, std::min(w, h) / 3 + 1));
     shapes.push_back({int(rng.randint(0, 4)), int(rng.randint(0, 7)), rng.uniform(r, double(w) - r),
                       rng.uniform(r, double(h) - r), r});
   }
+  // Largest first, in the picture (drawn first, smaller ones on top) and in the caption: the
+  // first shape a caption names is the one a model can see best.
+  std::stable_sort(shapes.begin(), shapes.end(),
+                   [](const Shape& a, const Shape& b) { return a.r > b.r; });
   Image img;
   img.width = w;
   img.height = h;
@@ -107,6 +112,10 @@ WriterSample make_sample(int64_t index, Rng& rng) {
     conv.push_back({{"from", "human"}, {"value", "What colour is the first shape?"}});
     conv.push_back({{"from", "gpt"},
                     {"value", std::string("It is ") + kColours[size_t(first.colour)].name + "."}});
+    conv.push_back({{"from", "human"}, {"value", "What shape is it?"}});
+    conv.push_back({{"from", "gpt"},
+                    {"value", std::string("It is ") + article(kShapes[size_t(first.shape)]) + " " +
+                                  kShapes[size_t(first.shape)] + "."}});
     s.parts.push_back({"json", nlohmann::json{{"conversations", conv}}.dump()});
   }
   return s;

@@ -9,6 +9,7 @@
 # Runs share one thread count: OpenBLAS's summation order depends on it (our own kernels do not).
 set -euo pipefail
 bin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
@@ -51,5 +52,13 @@ done
 cmp "$ckpt/model.safetensors" exported/model.safetensors >/dev/null ||
   fail "export of an f32 checkpoint changed the weights"
 grep -q "train done" log_a.txt || fail "no run summary"
+# The VLM demo's path (configs/demo-vl.toml), short: images through the loader, the tower and
+# the caption accuracy (its figure after the full run is in the config's header).
+"$bin" train --config "$root/configs/demo-vl.toml" --set training.total_steps=30 \
+  --set training.eval_steps=15 --set training.caption_eval_images=5 --set logging.log_every=10 \
+  --set checkpoint.output_dir=out_vl --require-loss-drop 0.7 >log_vl.txt 2>&1 ||
+  { cat log_vl.txt; fail "the VLM demo config failed"; }
+grep -q "caption accuracy on 5 held-out images" log_vl.txt || { cat log_vl.txt; fail "no caption accuracy"; }
+[[ -s out_vl/checkpoint-step-30/model.safetensors ]] || fail "the VLM demo wrote no checkpoint"
 echo "demo: loss falls, reruns bit-identical, activation checkpointing changes nothing," \
-  "chunked loss agrees, missing device refused, export ok"
+  "chunked loss agrees, missing device refused, export ok, the VLM demo config trains"

@@ -440,6 +440,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   t.random_init = true;
   t.eval_steps = 50;
   t.eval_batches = 0;
+  t.caption_eval_images = 7;
   t.nan_policy = NanPolicy::skip;
   t.max_skipped_steps = 0;
   auto& d = c.data;
