@@ -148,13 +148,13 @@ EOF
 echo "threads: $threads; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 results=()
 for cfg in ${CONFIGS:-tiny small}; do
-  up=${cfg^^}
   if [[ $cfg == tiny ]]; then st=${TINY_STEPS:-10} wu=${TINY_WARMUP:-2}; else st=${SMALL_STEPS:-3} wu=${SMALL_WARMUP:-1}; fi
   mkdir -p "$tmp/$cfg"
   python3 "$tmp/ref.py" make "$cfg" "$tmp/$cfg" 0 0 0 2>/dev/null
-  ours=$("$bin" --model "$tmp/$cfg/model" --batch "$tmp/$cfg/batch.safetensors" --steps "$st" --warmup "$wu" 2>/dev/null)
+  ours=$("$bin" --model "$tmp/$cfg/model" --batch "$tmp/$cfg/batch.safetensors" --steps "$st" \
+    --warmup "$wu" 2>/dev/null | tail -n 1) # the JSON line (the loader logs first)
   echo "$cfg ours:  $ours"
-  ref=$(python3 "$tmp/ref.py" run "$cfg" "$tmp/$cfg" "$threads" "$st" "$wu" 2>/dev/null)
+  ref=$(python3 "$tmp/ref.py" run "$cfg" "$tmp/$cfg" "$threads" "$st" "$wu" 2>/dev/null | tail -n 1)
   echo "$cfg torch: $ref"
   results+=("$cfg" "$ours" "$ref")
 done
