@@ -1,7 +1,8 @@
 // The built-in demo dataset (`vlmtrain data make-demo OUT`): small PNG images of coloured shapes
-// on plain backgrounds, each with a caption (txt), a conversation about it (json), or, for some
-// samples, text only — a CrudeWebdataset with train and val splits, written by
-// io/energon_writer.h. Everything follows from the seed.
+// on plain backgrounds, each with a caption (txt) or a conversation about it (json), and some
+// text-only samples — a CrudeWebdataset with train and val splits, written by
+// io/energon_writer.h; val holds captioned images only (the held-out set of the caption
+// accuracy). The mix is explained in io/demo_dataset.cpp. Everything follows from the seed.
 //
 // The dataset carries the tokenizer it is meant to be tokenized with, OUT/tokenizer.json (so the
 // demo needs no real Qwen3 tokenizer): a byte-level BPE of the Qwen kind trained on all its texts
@@ -16,7 +17,7 @@
 namespace vlm::io {
 
 struct DemoDatasetOptions {
-  int64_t train_samples = 2000;
+  int64_t train_samples = 4000;
   int64_t val_samples = 200;
   int64_t samples_per_shard = 250;
   uint64_t seed = 0;

@@ -9,6 +9,8 @@
 
 namespace vlm::model {
 
+struct KVCache;
+
 struct Batch {
   Tensor input_ids; // [T] i64 (i32 accepted)
   // [T] i64 (i32 accepted) next-token targets: position t is scored against targets[t];
@@ -24,6 +26,9 @@ struct Batch {
   // (t, h, w in patches per image). Undefined for text.
   Tensor pixel_values;
   Tensor image_grid_thw;
+  // Incremental decoding (model/kv_cache.h): the batch is one document continuing the cached
+  // tokens (position ids included), and the forward extends the cache. Null when training.
+  KVCache* kv_cache = nullptr;
 
   int64_t num_tokens() const { return input_ids.defined() ? input_ids.numel() : 0; }
 };

@@ -173,7 +173,8 @@ const char* hf_dtype_name(DType dtype) {
 }
 
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
-                      DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes) {
+                      DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes,
+                      const std::map<std::string, std::string>& extra_files) {
   const char* dtype_str = hf_dtype_name(dtype);
   VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
   fs::path out = fs::path(out_dir).lexically_normal();
@@ -241,15 +242,22 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
   }
   std::vector<std::string> copied;
   if (!tokenizer_dir.empty()) {
-    for (const char* name :
-         {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-          "generation_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                             "generation_config.json", "special_tokens_map.json",
+                             "chat_template.jinja", "preprocessor_config.json"}) {
       const fs::path src = fs::path(tokenizer_dir) / name;
       if (!fs::exists(src)) continue;
       fs::copy_file(src, tmp / name, fs::copy_options::overwrite_existing, ec);
       VLM_CHECK(!ec, "save_hf_snapshot: cannot copy ", src.string(), ": ", ec.message());
       copied.push_back(name);
     }
+  }
+
+  for (const auto& [name, contents] : extra_files) {
+    std::ofstream f(tmp / name, std::ios::binary | std::ios::trunc);
+    f << contents;
+    f.close();
+    VLM_CHECK(f, "save_hf_snapshot: cannot write ", (tmp / name).string());
   }
 
   // Swap in: the previous snapshot (if any) is removed only once the new one is complete.

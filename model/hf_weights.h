@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -34,12 +35,15 @@ constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;
 // names converted to `dtype` (f32, bf16 or f16) in model.safetensors — or, when they exceed
 // max_shard_bytes, in model-0000i-of-0000n.safetensors plus model.safetensors.index.json — and the
 // tokenizer files found in `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json,
-// merges.txt, generation_config.json, special_tokens_map.json, chat_template.jinja; "" = none). A
-// tied head is not written (as HF does). Atomic: everything goes to `out_dir`.tmp, which then
-// replaces `out_dir` (an existing snapshot there is removed only after the new one is complete).
+// merges.txt, generation_config.json, special_tokens_map.json, chat_template.jinja,
+// preprocessor_config.json; "" = none), then `extra_files` (name -> contents; they win over a
+// copied file of the same name). A tied head is not written (as HF does). Atomic: everything goes
+// to `out_dir`.tmp, which then replaces `out_dir` (an existing snapshot there is removed only after
+// the new one is complete).
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
                       DType dtype, const std::string& tokenizer_dir,
-                      int64_t max_shard_bytes = kDefaultMaxShardBytes);
+                      int64_t max_shard_bytes = kDefaultMaxShardBytes,
+                      const std::map<std::string, std::string>& extra_files = {});
 
 // "float32" | "bfloat16" | "float16" (config.json's torch_dtype) for f32 / bf16 / f16.
 const char* hf_dtype_name(DType dtype);

@@ -18,22 +18,26 @@ fail() { echo "FAIL: $*"; exit 1; }
 # The built-in demo config on this data, tiny and short; extra --set arguments follow.
 common=(--set data.data_path=data/ --set model.tokenizer=data/ --set training.total_steps=3
   --set training.warmup_steps=1 --set training.eval_steps=0 --set logging.log_every=1
-  --set data.seq_len=128 --set training.micro_batch_rows=2)
+  --set data.seq_len=128 --set training.micro_batch_rows=2 --set training.caption_eval_images=5)
 train() { "$bin" train "${common[@]}" "$@"; }
 
 # --- skipped samples: reported, and the ceiling --------------------------------------------------
-# Every text-only sample's txt part gets a 0xff byte (same length: the tar and index stay valid).
+# Every txt part of the train split (text-only samples and captions) and the first of the val
+# split (a caption the caption accuracy must skip) gets a 0xff byte (same length: the tar and
+# index stay valid).
 python3 - <<'EOF'
 import glob, tarfile
 bad = 0
-for path in sorted(glob.glob("data/**/*.tar", recursive=True)):
-    with tarfile.open(path) as t:
-        members = [m for m in t.getmembers() if m.name.endswith(".txt") and m.size > 0]
-    with open(path, "r+b") as f:
-        for m in members:
-            f.seek(m.offset_data)
-            f.write(b"\xff")
-            bad += 1
+for split in ("train", "val"):
+    paths = sorted(glob.glob(f"data/{split}/*.tar"))
+    for path in paths if split == "train" else paths[:1]:
+        with tarfile.open(path) as t:
+            members = [m for m in t.getmembers() if m.name.endswith(".txt") and m.size > 0]
+        with open(path, "r+b") as f:
+            for m in members if split == "train" else members[:1]:
+                f.seek(m.offset_data)
+                f.write(b"\xff")
+                bad += 1
 assert bad > 0, "make-demo wrote no txt parts"
 EOF
 train --set data.max_skip_fraction=1 --set checkpoint.output_dir=out_skip >log_skip.txt 2>&1 ||
@@ -47,6 +51,10 @@ grep -q 'data: [0-9]* samples read, [0-9]* samples skipped' log_skip.txt ||
   { cat log_skip.txt; fail "no skip report in the final summary"; }
 grep -q "\[chat:invalid_utf8\] .*key '" log_skip.txt ||
   { cat log_skip.txt; fail "the summary does not name a skipped sample"; }
+grep -q "caption accuracy: 1 bad samples skipped; the first: .*not valid UTF-8" log_skip.txt ||
+  { cat log_skip.txt; fail "the caption accuracy did not skip the bad val sample"; }
+grep -q "caption accuracy on 5 held-out images" log_skip.txt ||
+  { cat log_skip.txt; fail "no caption accuracy after the skip"; }
 
 if train --set checkpoint.output_dir=out_ceiling >log_ceiling.txt 2>&1; then
   fail "training above data.max_skip_fraction = 0.01 went on"

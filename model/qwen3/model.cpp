@@ -83,11 +83,15 @@ Tensor Qwen3ForCausalLM::hidden_states(const Batch& b) const {
   const RopeTables rope_t =
       rope_tables(b.position_ids, config_.head_dim, config_.rope_theta, dtype_);
   Tensor x = embed_->forward(b.input_ids);
-  for (nn::Module* block : blocks()) {
-    const auto& layer = static_cast<const Qwen3DecoderLayer&>(*block);
+  const std::vector<nn::Module*> layers = blocks();
+  if (b.kv_cache) b.kv_cache->layers.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); i++) {
+    const auto& layer = static_cast<const Qwen3DecoderLayer&>(*layers[i]);
+    KVCache::Layer* cache = b.kv_cache ? &b.kv_cache->layers[i] : nullptr;
     // Captured by value: a wrapper (activation checkpointing) may run this again in backward.
-    auto forward = [&layer, cu_seqlens = b.cu_seqlens, rope_t](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{layer.forward(in[0], cu_seqlens, rope_t)};
+    auto forward = [&layer, cu_seqlens = b.cu_seqlens, rope_t,
+                    cache](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{layer.forward(in[0], cu_seqlens, rope_t, cache)};
     };
     x = layer.call(forward, {x})[0];
   }

@@ -145,6 +145,8 @@ Tensor Qwen3VLForConditionalGeneration::hidden_states(const Batch& b) const {
   } else {
     VLM_CHECK(image_pos.empty(), "Qwen3VL: the batch has ", image_pos.size(),
               " <|image_pad|> tokens (id ", c.image_token_id, ") but no pixel_values");
+  }
+  if (grids.empty() && !b.kv_cache) { // decoding needs no vision gradients
     // The tower on one blank 2x2-patch image, scaled by 0 (see the header).
     const int64_t m = c.vision.spatial_merge_size;
     const Tensor blank = Tensor::zeros({m * m, c.vision.patch_dim()}, dtype_, device);
@@ -161,11 +163,14 @@ Tensor Qwen3VLForConditionalGeneration::hidden_states(const Batch& b) const {
   const Tensor pos = image_pos.empty()
                          ? Tensor()
                          : Tensor::from_vector(image_pos, {int64_t(image_pos.size())}, device);
+  if (b.kv_cache) b.kv_cache->layers.resize(layers_->size());
   for (size_t i = 0; i < layers_->size(); i++) {
     const auto& layer = static_cast<const Qwen3DecoderLayer&>((*layers_)[i]);
+    KVCache::Layer* cache = b.kv_cache ? &b.kv_cache->layers[i] : nullptr;
     // Captured by value: a wrapper (activation checkpointing) may run this again in backward.
-    auto forward = [&layer, cu_seqlens = b.cu_seqlens, rope_t](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{layer.forward(in[0], cu_seqlens, rope_t)};
+    auto forward = [&layer, cu_seqlens = b.cu_seqlens, rope_t,
+                    cache](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{layer.forward(in[0], cu_seqlens, rope_t, cache)};
     };
     x = layer.call(forward, {x})[0];
     if (i < vision.deepstack.size()) x = index_add(x, 0, pos, vision.deepstack[i]);

@@ -44,7 +44,7 @@ Qwen3DecoderLayer::Qwen3DecoderLayer(const DecoderLayerConfig& c, DType dtype)
 }
 
 Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& cu_seqlens,
-                                  const RopeTables& rope_t) const {
+                                  const RopeTables& rope_t, KVCache::Layer* cache) const {
   const int64_t T = x.size(0);
   // Head counts from the local weights: tensor parallelism shards q/k/v by heads.
   const int64_t heads = q_->weight().size(0) / head_dim_;
@@ -56,7 +56,9 @@ Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& cu_seqlens,
   Tensor v = reshape(v_->forward(h), {T, kv_heads, head_dim_});
   q = rope(q, rope_t);
   k = rope(k, rope_t);
-  Tensor a = attention(q, k, v, cu_seqlens, /*causal=*/true, 1.0 / std::sqrt(double(head_dim_)));
+  const double softmax_scale = 1.0 / std::sqrt(double(head_dim_));
+  Tensor a = cache ? cached_attention(q, k, v, *cache, softmax_scale)
+                   : attention(q, k, v, cu_seqlens, /*causal=*/true, softmax_scale);
   Tensor x1 = add(x, o_->forward(reshape(a, {T, heads * head_dim_})));
   // MLP: down(silu(gate(h)) * up(h)).
   Tensor h2 = post_norm_->forward(x1);

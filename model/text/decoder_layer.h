@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "model/kv_cache.h"
 #include "src/core/ops/rope.h"
 #include "src/nn/linear.h"
 #include "src/nn/rms_norm.h"
@@ -35,7 +36,10 @@ public:
   std::string type_name() const override { return "Qwen3DecoderLayer"; }
 
   // x: [T, H] -> [T, H]; rope: tables for the T positions (rope_tables or mrope_tables).
-  Tensor forward(const Tensor& x, const Tensor& cu_seqlens, const RopeTables& rope) const;
+  // With a cache (incremental decoding, model/kv_cache.h) cu_seqlens is not read: x continues
+  // the cached document.
+  Tensor forward(const Tensor& x, const Tensor& cu_seqlens, const RopeTables& rope,
+                 KVCache::Layer* cache = nullptr) const;
 
 private:
   int64_t head_dim_;

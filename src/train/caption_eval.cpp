@@ -63,16 +63,35 @@ CaptionAccuracy evaluate_demo_captions(const model::CausalLM& m, const io::Token
   for (int32_t id : tok.encode("assistant\n")) answer_start.push_back(id);
 
   CaptionAccuracy acc;
+  auto skip = [&](const std::string& why) {
+    if (acc.skipped++ == 0) acc.first_skip = why;
+  };
   for (int64_t i = 0; i < sp.num_samples && acc.images < max_images; i++) {
-    const io::RawSample raw = ds.read_sample(sp, i);
-    if (raw.excluded) continue;
-    const io::ChatSample sample = io::parse_chat_sample(raw);
+    io::ChatSample sample;
+    io::Image img;
+    try { // what the loader skips is skipped here too
+      const io::RawSample raw = ds.read_sample(sp, i);
+      if (raw.excluded) continue;
+      sample = io::parse_chat_sample(raw);
+      if (sample.image_parts.empty()) continue; // text-only sample
+      const std::string& part = sample.image_parts[0];
+      img = io::decode_image(raw.parts.at(part), part);
+    } catch (const io::SampleError& e) {
+      skip(e.what());
+      continue;
+    } catch (const io::ChatFormatError& e) {
+      skip(e.what());
+      continue;
+    } catch (const io::ImageError& e) {
+      skip(e.what());
+      continue;
+    }
     const std::string truth = truth_caption(sample);
     const std::vector<std::string> pairs = demo_caption_pairs(truth);
-    if (pairs.empty()) continue; // text-only sample
+    if (pairs.empty()) continue; // no demo caption to compare with
     const std::string& part = sample.image_parts[0];
-    const io::Image img = io::decode_image(raw.parts.at(part), part);
     GenerateInput in;
+    in.vocab_limit = tok.vocab_size();
     const io::ProcessedImage p = io::preprocess_image(img, image);
     in.pixel_values = p.pixel_values;
     in.patch_dim = p.patch_dim;

@@ -27,6 +27,8 @@ struct CaptionAccuracy {
   int64_t correct = 0;                  // the first named (colour, shape) is in the image
   int64_t colour_correct = 0;           // its colour is one of the image's colours
   int64_t shape_correct = 0;            // its shape is one of the image's shapes
+  int64_t skipped = 0;                  // samples the loader would skip (bad tar, chat, image)
+  std::string first_skip;               // why the first of them was skipped
   std::vector<CaptionExample> examples; // the first few, for the log
   double accuracy() const { return images ? double(correct) / double(images) : 0.0; }
 };
@@ -36,7 +38,9 @@ struct CaptionAccuracy {
 std::vector<std::string> demo_caption_pairs(const std::string& text);
 
 // Runs the first max_images image samples of `split` of the Energon dataset at `dataset`
-// through the model (on `device`), images preprocessed with `image`. Progress is logged.
+// through the model (on `device`), images preprocessed with `image`. A sample the loader would
+// skip (io::SampleError, io::ChatFormatError, io::ImageError) is skipped and counted here too.
+// Progress is logged.
 CaptionAccuracy evaluate_demo_captions(const model::CausalLM& model, const io::Tokenizer& tokenizer,
                                        const std::string& dataset, const std::string& split,
                                        const io::ImageProcessorConfig& image, int64_t max_images,

@@ -10,6 +10,7 @@
 #include "src/core/device.h"
 #include "src/train/cmd_data.h"
 #include "src/train/cmd_dump.h"
+#include "src/train/cmd_generate.h"
 #include "src/train/cmd_tokenize.h"
 #include "src/train/cmd_train.h"
 
@@ -21,13 +22,15 @@ const char* kUsage = R"(usage: vlmtrain <command> [options]
 
 commands:
   train          [--config FILE] [--set section.key=value ...]: train a model; without
-                 --config the built-in CPU demo (a tiny text model on `data make-demo` data)
+                 --config the built-in CPU demo (a tiny Qwen3-VL on `data make-demo` data)
   export         --checkpoint DIR --out DIR [--dtype bf16|f32]: an HF snapshot for transformers
   data           dataset tools: make-demo OUT, inspect PATH, pack PATH (`vlmtrain data help`)
   tokenize       --tokenizer PATH [--decode [--skip-special]]: JSON lines {"text"} <-> {"ids"}
                  on stdin/stdout
   dump           --model DIR --batch FILE --out FILE [--grads] [--dtype f32|bf16]: one forward
                  (+ backward) of an HF snapshot, logits/loss/grads to safetensors
+  generate       --model DIR [--image FILE] --prompt TEXT [--max-new-tokens N]: greedy
+                 answer of an HF snapshot (a trained checkpoint) to one chat turn
   models         the model types (config.json model_type) and presets this build knows
   device-query   print the CUDA devices this build sees (or why there are none)
   help           this text
@@ -43,6 +46,7 @@ int run_cli(int argc, char** argv) {
   if (cmd == "export") return cmd_export(args);
   if (cmd == "tokenize") return cmd_tokenize(args);
   if (cmd == "dump") return cmd_dump(args);
+  if (cmd == "generate") return cmd_generate(args);
   if (cmd == "models") {
     for (const std::string& type : model::registered_model_types()) {
       const model::ModelSpec& spec = model::model_spec(type);

@@ -26,7 +26,7 @@ namespace vlm::train {
 namespace {
 
 const char* kDataUsage = R"(usage:
-  vlmtrain data make-demo OUT [--train N (2000)] [--val N (200)] [--seed S (0)]
+  vlmtrain data make-demo OUT [--train N (4000)] [--val N (200)] [--seed S (0)]
       writes a small synthetic Energon dataset: PNG images of coloured shapes with captions,
       conversations about them, text-only samples, and the tokenizer.json it is tokenized with
   vlmtrain data inspect PATH [--split NAME] [--samples N (200)] [--tokenizer PATH]

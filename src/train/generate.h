@@ -1,7 +1,7 @@
 // Greedy generation with any CausalLM: the prompt (text, and for a VLM its images) is extended
 // one argmax token at a time until a stop token or max_new_tokens. Used by `vlmtrain generate`
-// and the demo's caption accuracy. Each step runs the whole sequence again (no KV cache yet): the
-// demo's prompts are tens of tokens, so this costs milliseconds there; long prompts need a cache.
+// and the demo's caption accuracy. The prompt runs once (the prefill, images included) and fills a
+// KV cache (model/kv_cache.h); each new token then runs alone against the cache.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,9 @@ struct GenerateInput {
   int64_t patch_dim = 0;
   int32_t image_token_id = -1; // <|image_pad|> (VLMs: its runs get MRoPE positions)
   int64_t spatial_merge_size = 2;
+  // Ids >= this are never picked (the tokenizer's size: a model's vocabulary is padded beyond it,
+  // and an untrained model may favour a padding id no tokenizer can decode); 0: no limit.
+  int64_t vocab_limit = 0;
 };
 
 // The generated ids (without the prompt; a stop token that ended it included). Runs on the

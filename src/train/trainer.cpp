@@ -12,6 +12,7 @@
 #include <optional>
 #include <system_error>
 
+#include "io/image_processor_config.h"
 #include "io/loader.h"
 #include "io/tokenizer.h"
 #include "model/hf_weights.h"
@@ -268,19 +269,26 @@ double Trainer::evaluate() {
   return loss;
 }
 
+io::ImageProcessorConfig Trainer::image_config() const {
+  io::ImageProcessorConfig image;
+  image.min_pixels = config_.data.min_pixels;
+  image.max_pixels = config_.data.max_pixels;
+  return image;
+}
+
 void Trainer::caption_accuracy() {
   const DataOptions& d = config_.data;
   VLM_CHECK(model_->has_vision(),
             "config: training.caption_eval_images = ", config_.training.caption_eval_images,
             " needs a vision model");
-  io::ImageProcessorConfig image;
-  image.min_pixels = d.min_pixels;
-  image.max_pixels = d.max_pixels;
   const CaptionAccuracy a =
-      evaluate_demo_captions(*model_, data_->tokenizer, d.data_path, d.val_split, image,
+      evaluate_demo_captions(*model_, data_->tokenizer, d.data_path, d.val_split, image_config(),
                              config_.training.caption_eval_images, device_);
+  if (a.skipped > 0)
+    log_info("caption accuracy: ", a.skipped, " bad samples skipped; the first: ", a.first_skip);
   VLM_CHECK(a.images > 0, "caption accuracy: data.val_split '", d.val_split,
-            "' has no image sample with a demo caption");
+            "' has no image sample with a demo caption",
+            a.skipped > 0 ? " that could be read (" + std::to_string(a.skipped) + " skipped)" : "");
   summary_.caption_accuracy = a.accuracy();
   for (const auto& ex : a.examples)
     std::printf("caption %s | truth: %s | model: %s\n", ex.correct ? "right" : "wrong",
@@ -295,8 +303,13 @@ void Trainer::caption_accuracy() {
 
 void Trainer::save_checkpoint() {
   summary_.final_checkpoint = checkpoint_dir(config_, state_.step);
+  // A VLM snapshot records the image sizes it was trained on (`vlmtrain generate` reads them).
+  std::map<std::string, std::string> extra;
+  if (model_->has_vision())
+    extra["preprocessor_config.json"] = io::image_processor_json(image_config());
   model::save_hf_snapshot(*model_, model_->hf_config(), summary_.final_checkpoint,
-                          config_.training.param_dtype, tokenizer_dir(config_.model.tokenizer));
+                          config_.training.param_dtype, tokenizer_dir(config_.model.tokenizer),
+                          model::kDefaultMaxShardBytes, extra);
   log_info("saved ", summary_.final_checkpoint);
 }
 

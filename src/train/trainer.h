@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "io/image_preprocess.h"
 #include "model/causal_lm.h"
 #include "src/train/config.h"
 #include "src/train/metrics.h"
@@ -76,6 +77,8 @@ public:
 
 private:
   struct Data;
+  // The image processor of the data config (min / max pixels).
+  io::ImageProcessorConfig image_config() const;
 
   TrainConfig config_;
   Device device_;

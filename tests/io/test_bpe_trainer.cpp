@@ -340,7 +340,7 @@ TEST_CASE("bpe trainer: the demo dataset carries a tokenizer all its samples fit
       bytes += int64_t(rendered.size());
     }
   }
-  CHECK(samples == 2200);
+  CHECK(samples == 4200);    // DemoDatasetOptions: 4000 train, 200 val
   CHECK(tokens * 3 < bytes); // the demo's words are mostly single tokens
   // Same seed, same tokenizer.
   const std::string again = dir.file("again");

@@ -76,11 +76,15 @@ TEST_CASE("config: every file in configs/ parses without warnings", "[train][con
   }
   const std::string demo = std::string(VLM_SOURCE_DIR) + "/configs/demo.toml";
   TrainConfig c = load_train_config(demo);
-  CHECK(c.model.preset == "tiny");
+  CHECK(c.model.preset == "tiny-vl");          // the main job is the VLM demo
   CHECK(c.training.random_init);               // a preset has no weights
   CHECK(c.data.data_path == "demo_data/");     // make-demo's folder, relative to the cwd
   CHECK(c.training.param_dtype == DType::f32); // CPU
+  CHECK(c.training.caption_eval_images > 0);   // it ends with the caption accuracy
   CHECK(c.logging.metrics_file == "demo_out/metrics.jsonl");
+  TrainConfig text = load_train_config(std::string(VLM_SOURCE_DIR) + "/configs/demo-text.toml");
+  CHECK(text.model.preset == "tiny");
+  CHECK(text.data.data_path == "demo_data/");
   for (const char* size : {"0.6b", "1.7b", "4b", "8b"}) {
     INFO(size);
     TrainConfig q =

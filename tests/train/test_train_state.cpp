@@ -19,8 +19,9 @@ using vlm::testing::error_of;
 
 namespace {
 
-// The built-in demo (tiny Qwen3, packed demo rows) made small, bf16 with fp32 masters, and an
-// uneven accumulation pattern (1, 2, 1, 2, ... micro-steps), so every part of the state matters.
+// The built-in demo (the tiny Qwen3-VL, packed demo rows with images) made small, bf16 with fp32
+// masters, and an uneven accumulation pattern (1, 2, 1, 2, ... micro-steps), so every part of the
+// state matters.
 train::TrainConfig demo_config(const std::string& data, const std::string& out,
                                const std::string& extra = "") {
   std::vector<std::string> overrides = {
@@ -75,9 +76,11 @@ TEST_CASE("train state: k steps, save, load into a fresh trainer, N more == k + 
     first.state().save(saved);
   }
   CHECK(saved.has("state"));
-  CHECK(saved.has("model/model.embed_tokens.weight"));
-  CHECK(saved.has("optim/model.norm.weight/exp_avg_sq"));
-  CHECK(saved.has("optim/model.layers.0.mlp.up_proj.weight/master")); // bf16: fp32 masters
+  CHECK(saved.has("model/model.language_model.embed_tokens.weight"));
+  CHECK(saved.has("optim/model.language_model.norm.weight/exp_avg_sq"));
+  CHECK(saved.has("optim/model.language_model.layers.0.mlp.up_proj.weight/master")); // fp32
+  CHECK(saved.has("optim/model.visual.blocks.0.attn.qkv.weight/exp_avg_sq"));
+  CHECK(saved.has("optim/model.visual.merger.linear_fc2.weight/master"));
 
   train::Trainer resumed(demo_config(data, tmp.file("resumed")));
   resumed.state().load(saved);
@@ -120,7 +123,7 @@ TEST_CASE("train state: a state from another run is refused, naming what differs
   // Another model: its parameters have other shapes.
   train::Trainer wide(demo_config(data, tmp.file("c"), "training.param_dtype=f32"));
   CHECK_THAT(error_of([&] { wide.state().load(saved); }),
-             Contains("model/model.embed_tokens.weight") && Contains("bf16"));
+             Contains("model/model.visual.patch_embed.proj.weight") && Contains("bf16"));
   // Another data order (seed): the loader refuses the position.
   train::Trainer reseeded(demo_config(data, tmp.file("d"), "training.seed=5"));
   CHECK_THAT(error_of([&] { reseeded.state().load(saved); }), Contains("seed"));
