@@ -13,7 +13,9 @@
 
 #include "io/image_decode.h"
 #include "io/image_preprocess.h"
+#include "io/image_processor_config.h"
 #include "io/safetensors.h"
+#include "tests/temp_dir.h"
 
 using Catch::Matchers::Contains;
 using vlm::io::decode_image;
@@ -352,4 +354,30 @@ TEST_CASE("image: resize_bicubic keeps the size when asked and checks its argume
   Image broken = img;
   broken.rgb.pop_back();
   CHECK_THROWS_WITH(vlm::io::resize_bicubic(broken, 4, 4), Contains("expected height * width * 3"));
+}
+
+TEST_CASE("image: preprocessor_config.json round trip, HF's older keys, wrong types named") {
+  vlm::testing::TempDir tmp("image_processor_config");
+  ImageProcessorConfig c;
+  c.min_pixels = 9216;
+  c.max_pixels = 16384;
+  const ImageProcessorConfig back = vlm::io::read_image_processor_config(
+      tmp.write("preprocessor_config.json", vlm::io::image_processor_json(c)));
+  CHECK(back.min_pixels == 9216);
+  CHECK(back.max_pixels == 16384);
+  CHECK(back.patch_size == c.patch_size);
+  CHECK(back.merge_size == c.merge_size);
+  CHECK(back.mean == c.mean);
+  CHECK(back.std == c.std);
+  // Snapshots written before transformers v5 hold min_pixels / max_pixels at the top level.
+  const ImageProcessorConfig old = vlm::io::read_image_processor_config(
+      tmp.write("old.json", R"({"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14})"));
+  CHECK(old.min_pixels == 3136);
+  CHECK(old.max_pixels == 12845056);
+  CHECK(old.patch_size == 14);
+  const std::string bad = tmp.write("bad.json", R"({"size": {"longest_edge": "big"}})");
+  CHECK_THROWS_WITH(vlm::io::read_image_processor_config(bad),
+                    Contains("bad.json") && Contains("size.longest_edge"));
+  CHECK_THROWS_WITH(vlm::io::read_image_processor_config(tmp.file("none.json")),
+                    Contains("cannot open"));
 }
