@@ -13,6 +13,7 @@
 // counts from their (possibly sharded) weight shapes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -72,9 +73,11 @@ public:
   // The model's HF config.json (save_hf_snapshot sets its dtype fields).
   virtual nlohmann::json hf_config() const = 0;
   // Training FLOPs of one packed batch (model/flops.h): documents [cu_seqlens[d], cu_seqlens[d+1])
-  // for d < num_real_docs (-1: all); the padding segments after them are left out.
-  virtual TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens,
-                                       int64_t num_real_docs = -1) const = 0;
+  // for d < num_real_docs (-1: all); the padding segments after them are left out. A VLM adds
+  // its vision tower's for the row's images, (t, h, w) in patches (a text model has none).
+  virtual TrainingFlops
+  training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
+                 const std::vector<std::array<int64_t, 3>>& image_grids = {}) const = 0;
   // One line for logs: "Qwen3(H=64, L=2, ...)".
   virtual std::string summary() const = 0;
 

@@ -58,7 +58,8 @@ ParamRole Qwen3ForCausalLM::param_role(const std::string& name) const {
 }
 
 TrainingFlops Qwen3ForCausalLM::training_flops(const std::vector<int32_t>& cu_seqlens,
-                                               int64_t num_real_docs) const {
+                                               int64_t num_real_docs,
+                                               const std::vector<std::array<int64_t, 3>>&) const {
   return qwen3_training_flops(config_, cu_seqlens, num_real_docs);
 }
 

@@ -53,8 +53,9 @@ public:
   // Everything is the language model; kinds by param_kind_by_name.
   ParamRole param_role(const std::string& name) const override;
   nlohmann::json hf_config() const override { return config_.to_json(); }
-  TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens,
-                               int64_t num_real_docs = -1) const override;
+  TrainingFlops
+  training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
+                 const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
   std::string summary() const override { return config_.summary(); }
 
 private:

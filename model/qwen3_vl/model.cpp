@@ -75,9 +75,9 @@ ParamRole Qwen3VLForConditionalGeneration::param_role(const std::string& name) c
   return {group, param_kind_by_name(name)};
 }
 
-TrainingFlops
-Qwen3VLForConditionalGeneration::training_flops(const std::vector<int32_t>& cu_seqlens,
-                                                int64_t num_real_docs) const {
+TrainingFlops Qwen3VLForConditionalGeneration::training_flops(
+    const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs,
+    const std::vector<std::array<int64_t, 3>>& image_grids) const {
   const auto& c = config_;
   const std::vector<int64_t> docs =
       document_lengths(cu_seqlens, num_real_docs, "Qwen3VL training_flops");
@@ -90,6 +90,20 @@ Qwen3VLForConditionalGeneration::training_flops(const std::vector<int32_t>& cu_s
   for (int64_t s : docs) f.tokens += s;
   f.linear = 6.0 * double(matmul) * double(f.tokens);
   f.attention = 12.0 * double(q) * causal_pairs(docs) * double(c.num_hidden_layers);
+
+  // The tower: per patch the patch embedding and the blocks; per merged token (m x m patches)
+  // the merger and each DeepStack merger; attention over all pairs of one frame's patches.
+  const VisionConfig& v = c.vision;
+  const int64_t Hv = v.hidden_size, m2 = v.spatial_merge_size * v.spatial_merge_size;
+  const double per_patch =
+      double(v.patch_dim() * Hv + v.depth * (4 * Hv * Hv + 2 * Hv * v.intermediate_size));
+  const double per_merged = double(int64_t(1 + v.deepstack_visual_indexes.size()) *
+                                   (Hv * m2 * Hv * m2 + Hv * m2 * v.out_hidden_size));
+  for (const auto& g : image_grids) { // attention runs per frame (t) of h x w patches
+    const double frame = double(g[1] * g[2]), patches = double(g[0]) * frame;
+    f.linear += 6.0 * (per_patch * patches + per_merged * patches / double(m2));
+    f.attention += 12.0 * double(Hv) * double(g[0]) * frame * frame * double(v.depth);
+  }
   return f;
 }
 

@@ -54,9 +54,11 @@ public:
   // model.visual.* parameter (the position table included) is "vit", the rest "llm".
   ParamRole param_role(const std::string& name) const override;
   nlohmann::json hf_config() const override { return config_.to_json(); }
-  // The text side's FLOPs (the vision tower's are not counted yet).
-  TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens,
-                               int64_t num_real_docs = -1) const override;
+  // The text stack's FLOPs plus the vision tower's for `image_grids` (patch embedding, blocks
+  // with attention over each image's patches, the merger and the DeepStack mergers).
+  TrainingFlops
+  training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
+                 const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
   std::string summary() const override { return config_.summary(); }
 
 private:

@@ -118,7 +118,7 @@ std::optional<MicroBatch> next_micro_batch(io::DataLoader& loader, int64_t rows,
     if (!row) return std::nullopt;
     mb.real_tokens += row->real_tokens;
     mb.padded_tokens += row->pad_tokens;
-    mb.flops += m.training_flops(row->cu_seqlens, row->num_docs).total();
+    mb.flops += m.training_flops(row->cu_seqlens, row->num_docs, row->image_grid_thw).total();
     got.push_back(std::move(*row));
   }
   model::Batch host = batch_from_rows(got);

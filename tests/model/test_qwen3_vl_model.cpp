@@ -171,3 +171,21 @@ TEST_CASE("qwen3_vl model: the MoE variant is refused with a clear error") {
   CHECK_THAT(error_of([&] { build_model(j, "config.json", DType::f32); }),
              Contains("qwen3_vl_moe"));
 }
+
+TEST_CASE("qwen3_vl: training FLOPs add the vision tower's per image") {
+  // tiny-vl: tower width 64, MLP 128, depth 4, patches of 3 x 2 x 16 x 16 = 1536 values, 2 x 2
+  // merge, 3 DeepStack mergers, LLM width 64. Per patch 1536*64 + 4*(4*64^2 + 2*64*128) = 229376
+  // matmul weights, per merged token 4*(256^2 + 256*64) = 327680.
+  const Qwen3VLForConditionalGeneration m(tiny_qwen3_vl_config(), DType::f32);
+  const std::vector<int32_t> cu = {0, 40, 64};
+  const TrainingFlops text = m.training_flops(cu);
+  // One 4 x 6 image: 24 patches, 6 merged tokens; attention 12 * 64 * 24^2 * 4 layers.
+  const TrainingFlops one = m.training_flops(cu, -1, {{1, 4, 6}});
+  CHECK(one.tokens == text.tokens);
+  CHECK(one.linear - text.linear == 6.0 * (229376.0 * 24 + 327680.0 * 6));
+  CHECK(one.attention - text.attention == 12.0 * 64 * 24 * 24 * 4);
+  // Two frames of 4 x 6: twice the weights' work, attention within each frame only.
+  const TrainingFlops two = m.training_flops(cu, -1, {{2, 4, 6}});
+  CHECK(two.linear - text.linear == 2 * (one.linear - text.linear));
+  CHECK(two.attention - text.attention == 2 * (one.attention - text.attention));
+}

@@ -119,8 +119,8 @@ public:
     return {model::ParamGroup::llm, model::param_kind_by_name(name)};
   }
   nlohmann::json hf_config() const override { return config_.to_json(); }
-  model::TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens,
-                                      int64_t num_real_docs) const override {
+  model::TrainingFlops training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs,
+                                      const std::vector<std::array<int64_t, 3>>&) const override {
     model::TrainingFlops f;
     for (int64_t len : model::document_lengths(cu_seqlens, num_real_docs, "toy_mlp_lm"))
       f.tokens += len;
