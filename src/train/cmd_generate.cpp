@@ -130,6 +130,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     in.grids = {p.grid_thw};
     in.spatial_merge_size = cfg.merge_size;
     in.image_token_id = tok.token_to_id("<|image_pad|>");
+    VLM_CHECK(in.image_token_id >= 0, "generate: the tokenizer ", tokenizer_path,
+              " has no <|image_pad|> token for the image");
     chat.image_parts = {"image"};
     chat.messages[0].content.push_back(io::ContentItem{true, "", 0});
     image_tokens.push_back(p.num_tokens());
