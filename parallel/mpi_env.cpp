@@ -1,0 +1,46 @@
+#include "parallel/mpi_env.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "src/base/check.h"
+
+namespace vlm::parallel {
+
+namespace {
+
+MpiWorld init_world() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    VLM_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS,
+              "MPI_Init_thread failed");
+    VLM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided,
+              ", below MPI_THREAD_FUNNELED");
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  MpiWorld w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &w.local_rank);
+  MPI_Comm_size(node, &w.local_size);
+  MPI_Comm_free(&node);
+  return w;
+}
+
+} // namespace
+
+const MpiWorld& mpi_world() {
+  static const MpiWorld world = init_world();
+  return world;
+}
+
+} // namespace vlm::parallel

@@ -1,0 +1,17 @@
+// MPI for the whole process. The first call initializes it (MPI_Init_thread with
+// MPI_THREAD_FUNNELED: only the main thread communicates) unless the program already did, under
+// mpirun, srun or as a single process with no launcher, and registers MPI_Finalize at exit.
+// Only standard MPI calls: OpenMPI here, ParaStation MPI and Intel MPI on the clusters.
+#pragma once
+
+namespace vlm::parallel {
+
+struct MpiWorld {
+  int rank = 0, size = 1;             // in MPI_COMM_WORLD
+  int local_rank = 0, local_size = 1; // among the ranks of this node (MPI_COMM_TYPE_SHARED)
+};
+
+// Initializes MPI on first use; the same world afterwards.
+const MpiWorld& mpi_world();
+
+} // namespace vlm::parallel
