@@ -1,10 +1,12 @@
-// The runtime services of kernels/gpu_runtime.h (and gemm_release_stream, which streams call) in a
-// build without the CUDA backend: there is no device, and every call that needs one throws. Code
-// above the kernels calls them without #if; it only gets here for a CUDA device, which such a
-// build cannot have. (The kernel launchers have no stubs: ops reach them only through
-// src/core/dispatch.h, which never instantiates a CUDA body in such a build.)
+// The runtime services of kernels/gpu_runtime.h (and gemm_release_stream, which streams call, and
+// the NCCL calls of kernels/nccl.h) in a build without the CUDA backend: there is no device, and
+// every call that needs one throws. Code above the kernels calls them without #if; it only gets
+// here for a CUDA device, which such a build cannot have. (The kernel launchers have no stubs:
+// ops reach them only through src/core/dispatch.h, which never instantiates a CUDA body in such a
+// build.)
 #include "kernels/gemm.h"
 #include "kernels/gpu_runtime.h"
+#include "kernels/nccl.h"
 #include "src/base/check.h"
 
 namespace vlm::kernels::cuda {
@@ -46,5 +48,22 @@ double peak_bf16_tflops(int) { return 0; }
 bool take_device_error(int, DeviceError*) { return false; }
 void check_last_launch(const char*) { no_cuda("check_last_launch"); }
 void gemm_release_stream(void*) { no_cuda("gemm_release_stream"); }
+
+bool nccl_built() { return false; }
+void nccl_unique_id(void*) { no_cuda("nccl_unique_id"); }
+void* nccl_comm_init(const void*, int, int) { no_cuda("nccl_comm_init"); }
+void nccl_comm_destroy(void*) {}
+void nccl_comm_abort(void*) {}
+std::string nccl_async_error(void*) { return ""; }
+void nccl_all_gather(const void*, void*, size_t, DType, void*, void*) {
+  no_cuda("nccl_all_gather");
+}
+void nccl_reduce_scatter(const void*, void*, size_t, DType, NcclOp, void*, void*) {
+  no_cuda("nccl_reduce_scatter");
+}
+void nccl_all_reduce(const void*, void*, size_t, DType, NcclOp, void*, void*) {
+  no_cuda("nccl_all_reduce");
+}
+void nccl_broadcast(void*, size_t, DType, int, void*, void*) { no_cuda("nccl_broadcast"); }
 
 } // namespace vlm::kernels::cuda

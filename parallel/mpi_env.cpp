@@ -43,4 +43,14 @@ const MpiWorld& mpi_world() {
   return world;
 }
 
+void abort_job_if_parallel(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 } // namespace vlm::parallel

@@ -14,4 +14,9 @@ struct MpiWorld {
 // Initializes MPI on first use; the same world afterwards.
 const MpiWorld& mpi_world();
 
+// After an error on this rank (main() calls it once the error is printed): when MPI runs with
+// more than one rank, MPI_Abort ends every rank of the job at once with `code`, so no peer waits
+// in a collective for this one. Returns when MPI was never initialized or the job has one rank.
+void abort_job_if_parallel(int code);
+
 } // namespace vlm::parallel

@@ -4,7 +4,9 @@
 
 #include <climits>
 
+#include "kernels/nccl.h"
 #include "parallel/mpi_env.h"
+#include "parallel/watchdog.h"
 #include "src/base/check.h"
 
 namespace vlm::parallel {
@@ -19,59 +21,174 @@ const char* op_name(ReduceOp op) {
   }
 }
 
-// What every collective needs of a tensor: defined, on the CPU, contiguous.
+// What every collective needs of a tensor: defined, contiguous, on the device of the others.
 void check_tensor(const Tensor& t, const char* what, const char* role) {
   VLM_CHECK(t.defined(), "ProcessGroup ", what, ": ", role, " is undefined");
-  VLM_CHECK(t.device().is_cpu(), "ProcessGroup ", what, ": ", role, " ", t.desc(),
-            " is on a CUDA device; the NCCL backend is not built yet (CPU tensors go over MPI)");
   VLM_CHECK(t.is_contiguous(), "ProcessGroup ", what, ": ", role, " ", t.desc(),
             " must be contiguous");
 }
 
-// MPI counts are ints: larger messages would need chunking (not needed by any caller yet).
-int count_of(size_t n, const char* what) {
-  VLM_CHECK(n <= size_t(INT_MAX), "ProcessGroup ", what, ": ", n,
+void check_pair(const Tensor& a, const Tensor& b, const char* what) {
+  VLM_CHECK(a.device() == b.device(), "ProcessGroup ", what, ": out ", a.desc(), " and in ",
+            b.desc(), " are on different devices");
+}
+
+void check_reducible(const Tensor& t, ReduceOp op, const char* what) {
+  switch (t.dtype()) {
+  case DType::f32:
+  case DType::f64:
+  case DType::bf16: return;
+  case DType::i32:
+  case DType::i64:
+    VLM_CHECK(op != ReduceOp::avg, "ProcessGroup ", what, ": avg of an integer tensor ", t.desc());
+    return;
+  default:
+    VLM_FAIL("ProcessGroup ", what, ": ", op_name(op), " of a ", t.desc(),
+             " tensor is not supported (f32, f64, bf16, i32, i64)");
+  }
+}
+
+// MPI counts are ints: larger messages would need chunking (no caller sends 2^31 elements).
+int count_of(int64_t n, const char* what) {
+  VLM_CHECK(n <= int64_t(INT_MAX), "ProcessGroup ", what, ": ", n,
             " elements exceed one MPI message (INT_MAX)");
   return int(n);
 }
 
-MPI_Datatype reduce_type(const Tensor& t, ReduceOp op, const char* what) {
-  switch (t.dtype()) {
-  case DType::f32: return MPI_FLOAT;
-  case DType::f64: return MPI_DOUBLE;
-  case DType::i32:
-  case DType::i64:
-    VLM_CHECK(op != ReduceOp::avg, "ProcessGroup ", what, ": avg of an integer tensor ", t.desc());
-    return t.dtype() == DType::i32 ? MPI_INT32_T : MPI_INT64_T;
-  default:
-    VLM_FAIL("ProcessGroup ", what, ": ", op_name(op), " of a ", t.desc(),
-             " tensor is not supported (f32, f64, i32, i64; reduce bf16 gradients in f32)");
-  }
+// --- MPI
+// ------------------------------------------------------------------------------------------
+
+// bf16 reductions: MPI has no bf16, so bf16 travels as 16-bit words and user operations add
+// (or compare) them in float, rounding each partial result to bf16 (as NCCL does).
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; i++) b[i] = bf16(float(a[i]) + float(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; i++)
+    if (float(a[i]) > float(b[i])) b[i] = a[i];
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+  case DType::f32: return MPI_FLOAT;
+  case DType::f64: return MPI_DOUBLE;
+  case DType::bf16:
+  case DType::f16: return MPI_UINT16_T;
+  case DType::i32: return MPI_INT32_T;
+  case DType::i64: return MPI_INT64_T;
+  case DType::u8:
+  case DType::boolean: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
 
-// avg = sum / ranks, in the tensor's own dtype (floats only, checked by reduce_type).
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::bf16) {
+    static MPI_Op sum = [] {
+      MPI_Op o;
+      MPI_Op_create(&bf16_sum, 1, &o);
+      return o;
+    }();
+    static MPI_Op max = [] {
+      MPI_Op o;
+      MPI_Op_create(&bf16_max, 1, &o);
+      return o;
+    }();
+    return op == ReduceOp::max ? max : sum;
+  }
+  return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+}
+
+// avg = sum / ranks, in the tensor's own dtype.
 void divide(const Tensor& t, int ranks) {
+  if (ranks == 1) return;
   const int64_t n = t.numel();
   if (t.dtype() == DType::f32) {
     float* p = t.data<float>();
     for (int64_t i = 0; i < n; i++) p[i] /= float(ranks);
-  } else {
+  } else if (t.dtype() == DType::f64) {
     double* p = t.data<double>();
     for (int64_t i = 0; i < n; i++) p[i] /= double(ranks);
+  } else {
+    bf16* p = t.data<bf16>();
+    for (int64_t i = 0; i < n; i++) p[i] = bf16(float(p[i]) / float(ranks));
   }
 }
 
+// A nonblocking MPI collective: waits (watched) and then finishes it (avg divides).
+class MpiWork final : public Work {
+public:
+  MpiWork(MPI_Request request, std::string what, std::vector<Tensor> keep, Tensor divide_by,
+          int ranks)
+      : request_(request), what_(std::move(what)), keep_(std::move(keep)),
+        divide_(std::move(divide_by)), ranks_(ranks) {}
+  ~MpiWork() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) wait();
+  }
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL && keep_.empty()) return;
+    {
+      BlockedWait watch(what_);
+      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    }
+    if (divide_.defined()) divide(divide_, ranks_);
+    divide_ = Tensor();
+    keep_.clear();
+  }
+
+private:
+  MPI_Request request_;
+  std::string what_;
+  std::vector<Tensor> keep_;
+  Tensor divide_;
+  int ranks_;
+};
+
+// --- NCCL (CUDA tensors)
+// --------------------------------------------------------------------------
+
+kernels::cuda::NcclOp nccl_op(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::sum: return kernels::cuda::NcclOp::sum;
+  case ReduceOp::avg: return kernels::cuda::NcclOp::avg;
+  default: return kernels::cuda::NcclOp::max;
+  }
+}
+
+// A collective queued on the communication stream; wait() orders the current stream after it.
+class NcclWork final : public Work {
+public:
+  NcclWork(std::shared_ptr<Event> done, std::vector<Tensor> keep)
+      : done_(std::move(done)), keep_(std::move(keep)) {}
+  ~NcclWork() override { wait(); }
+  void wait() override {
+    if (!done_) return;
+    current_stream(done_->device()).wait(*done_);
+    done_.reset();
+    keep_.clear(); // freed on their allocation (compute) stream, now ordered after the collective
+  }
+
+private:
+  std::shared_ptr<Event> done_;
+  std::vector<Tensor> keep_;
+};
+
 class MpiProcessGroup final : public ProcessGroup {
 public:
-  explicit MpiProcessGroup(MPI_Comm comm) : comm_(comm) {
+  MpiProcessGroup(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
   ~MpiProcessGroup() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (nccl_comm_) kernels::cuda::nccl_comm_destroy(nccl_comm_);
     if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
   MpiProcessGroup(const MpiProcessGroup&) = delete;
@@ -79,37 +196,87 @@ public:
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::string name() const override {
+    return detail::str_cat("process group '", name_, "' (", size_, " ranks)");
+  }
+
+  std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
+    check_tensor(t, "all_reduce", "the tensor");
+    check_reducible(t, op, "all_reduce");
+    if (t.device().is_cuda())
+      return nccl("all_reduce", t.device(), {t}, [&](void* comm, void* stream) {
+        kernels::cuda::nccl_all_reduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), t.dtype(),
+                                       nccl_op(op), comm, stream);
+      });
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"),
+                   mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm_, &req);
+    return std::make_unique<MpiWork>(req, describe_op("all_reduce", t), std::vector<Tensor>{t},
+                                     op == ReduceOp::avg ? t : Tensor(), size_);
+  }
 
   void all_reduce(const Tensor& t, ReduceOp op) override {
+    if (t.device().is_cuda()) return all_reduce_async(t, op)->wait();
     check_tensor(t, "all_reduce", "the tensor");
-    const MPI_Datatype type = reduce_type(t, op, "all_reduce");
-    MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(size_t(t.numel()), "all_reduce"), type,
-                  mpi_op(op), comm_);
+    check_reducible(t, op, "all_reduce");
+    {
+      BlockedWait watch(describe_op("all_reduce", t));
+      MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"),
+                    mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm_);
+    }
     if (op == ReduceOp::avg) divide(t, size_);
   }
 
+  std::unique_ptr<Work> all_gather_async(const Tensor& out, const Tensor& in) override {
+    check_gather(out, in);
+    if (in.device().is_cuda())
+      return nccl("all_gather", in.device(), {out, in}, [&](void* comm, void* stream) {
+        kernels::cuda::nccl_all_gather(in.data_ptr(), out.data_ptr(), size_t(in.numel()),
+                                       in.dtype(), comm, stream);
+      });
+    MPI_Request req;
+    const int count = count_of(in.numel(), "all_gather");
+    const MPI_Datatype type = mpi_type(in.dtype());
+    MPI_Iallgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm_, &req);
+    return std::make_unique<MpiWork>(req, describe_op("all_gather", out),
+                                     std::vector<Tensor>{out, in}, Tensor(), size_);
+  }
+
   void all_gather(const Tensor& out, const Tensor& in) override {
-    check_tensor(in, "all_gather", "in");
-    check_tensor(out, "all_gather", "out");
-    VLM_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size_ && in.dim() >= 1 &&
-                  out.dim() == in.dim() && out.size(0) == in.size(0) * size_,
-              "ProcessGroup all_gather: out ", out.desc(), " must be in ", in.desc(),
-              " with dim 0 times ", size_, " ranks");
-    const int bytes = count_of(in.nbytes(), "all_gather");
-    MPI_Allgather(in.data_ptr(), bytes, MPI_BYTE, out.data_ptr(), bytes, MPI_BYTE, comm_);
+    if (in.device().is_cuda()) return all_gather_async(out, in)->wait();
+    check_gather(out, in);
+    const int count = count_of(in.numel(), "all_gather");
+    const MPI_Datatype type = mpi_type(in.dtype());
+    BlockedWait watch(describe_op("all_gather", out));
+    MPI_Allgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm_);
+  }
+
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& out, const Tensor& in,
+                                             ReduceOp op) override {
+    check_scatter(out, in, op);
+    if (in.device().is_cuda())
+      return nccl("reduce_scatter", in.device(), {out, in}, [&](void* comm, void* stream) {
+        kernels::cuda::nccl_reduce_scatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()),
+                                           in.dtype(), nccl_op(op), comm, stream);
+      });
+    MPI_Request req;
+    MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(),
+                              count_of(out.numel(), "reduce_scatter"), mpi_type(in.dtype()),
+                              mpi_op(op, in.dtype()), comm_, &req);
+    return std::make_unique<MpiWork>(req, describe_op("reduce_scatter", in),
+                                     std::vector<Tensor>{out, in},
+                                     op == ReduceOp::avg ? out : Tensor(), size_);
   }
 
   void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
-    check_tensor(in, "reduce_scatter", "in");
-    check_tensor(out, "reduce_scatter", "out");
-    VLM_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size_ && out.dim() >= 1 &&
-                  out.dim() == in.dim() && in.size(0) == out.size(0) * size_,
-              "ProcessGroup reduce_scatter: in ", in.desc(), " must be out ", out.desc(),
-              " with dim 0 times ", size_, " ranks");
-    const MPI_Datatype type = reduce_type(in, op, "reduce_scatter");
-    MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(),
-                             count_of(size_t(out.numel()), "reduce_scatter"), type, mpi_op(op),
-                             comm_);
+    if (in.device().is_cuda()) return reduce_scatter_async(out, in, op)->wait();
+    check_scatter(out, in, op);
+    {
+      BlockedWait watch(describe_op("reduce_scatter", in));
+      MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(),
+                               count_of(out.numel(), "reduce_scatter"), mpi_type(in.dtype()),
+                               mpi_op(op, in.dtype()), comm_);
+    }
     if (op == ReduceOp::avg) divide(out, size_);
   }
 
@@ -117,28 +284,124 @@ public:
     check_tensor(t, "broadcast", "the tensor");
     VLM_CHECK(root >= 0 && root < size_, "ProcessGroup broadcast: root ", root,
               " is not a rank of ", size_);
-    MPI_Bcast(t.data_ptr(), count_of(t.nbytes(), "broadcast"), MPI_BYTE, root, comm_);
+    if (t.device().is_cuda()) {
+      nccl("broadcast", t.device(), {t}, [&](void* comm, void* stream) {
+        kernels::cuda::nccl_broadcast(t.data_ptr(), size_t(t.numel()), t.dtype(), root, comm,
+                                      stream);
+      })->wait();
+      return;
+    }
+    BlockedWait watch(describe_op("broadcast", t));
+    MPI_Bcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t.dtype()), root, comm_);
   }
 
-  void barrier() override { MPI_Barrier(comm_); }
+  void barrier() override {
+    BlockedWait watch("barrier on " + name());
+    MPI_Barrier(comm_);
+  }
 
-  std::unique_ptr<ProcessGroup> split(int color, int key) const override {
+  std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) const override {
     VLM_CHECK(color >= 0, "ProcessGroup split: color ", color, " must be >= 0");
     MPI_Comm sub;
-    MPI_Comm_split(comm_, color, key, &sub);
-    return std::make_unique<MpiProcessGroup>(sub);
+    {
+      BlockedWait watch("split of " + this->name());
+      MPI_Comm_split(comm_, color, key, &sub);
+    }
+    return std::make_unique<MpiProcessGroup>(sub, name.empty() ? name_ + "/split" : name);
   }
 
 private:
+  std::string describe_op(const char* what, const Tensor& t) const {
+    return detail::str_cat(what, " of ", t.desc(), " on ", name());
+  }
+
+  void check_gather(const Tensor& out, const Tensor& in) const {
+    check_tensor(in, "all_gather", "in");
+    check_tensor(out, "all_gather", "out");
+    check_pair(out, in, "all_gather");
+    VLM_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size_ && in.dim() >= 1 &&
+                  out.dim() == in.dim() && out.size(0) == in.size(0) * size_,
+              "ProcessGroup all_gather: out ", out.desc(), " must be in ", in.desc(),
+              " with dim 0 times ", size_, " ranks");
+  }
+
+  void check_scatter(const Tensor& out, const Tensor& in, ReduceOp op) const {
+    check_tensor(in, "reduce_scatter", "in");
+    check_tensor(out, "reduce_scatter", "out");
+    check_pair(out, in, "reduce_scatter");
+    VLM_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size_ && out.dim() >= 1 &&
+                  out.dim() == in.dim() && in.size(0) == out.size(0) * size_,
+              "ProcessGroup reduce_scatter: in ", in.desc(), " must be out ", out.desc(),
+              " with dim 0 times ", size_, " ranks");
+    check_reducible(in, op, "reduce_scatter");
+  }
+
+  // The group's NCCL communicator on `device`, made at the first CUDA collective: rank 0 makes
+  // the unique id and broadcasts it over MPI (every rank reaches here in the same collective).
+  void* nccl_comm(Device device) {
+    if (nccl_comm_) {
+      VLM_CHECK(device == nccl_device_, name(), ": NCCL collectives on ", device.str(),
+                " but the group's communicator is on ", nccl_device_.str(), " (one GPU per rank)");
+      return nccl_comm_;
+    }
+    VLM_CHECK(kernels::cuda::nccl_built(), name(), ": a collective on ", device.str(),
+              " needs NCCL, and this build has none (see README: NCCL_ROOT, -DVLM_WITH_NCCL)");
+    char id[kernels::cuda::kNcclUniqueIdBytes] = {};
+    if (rank_ == 0) kernels::cuda::nccl_unique_id(id);
+    {
+      BlockedWait watch("NCCL bootstrap of " + name());
+      MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, comm_);
+    }
+    DeviceGuard guard(device);
+    nccl_comm_ = kernels::cuda::nccl_comm_init(id, size_, rank_);
+    nccl_device_ = device;
+    comm_stream_ = Stream::create(device);
+    return nccl_comm_;
+  }
+
+  // Queues `launch` on the communication stream after the current stream's work so far.
+  template <typename Launch>
+  std::unique_ptr<Work> nccl(const char* what, Device device, std::vector<Tensor> keep,
+                             Launch&& launch) {
+    void* comm = nccl_comm(device);
+    DeviceGuard guard(device);
+    Event ready;
+    ready.record(current_stream(device));
+    comm_stream_.wait(ready);
+    launch(comm, comm_stream_.handle());
+    auto done = std::make_shared<Event>();
+    done->record(comm_stream_);
+    watch_in_flight(
+        detail::str_cat(what, " of ", keep[0].desc(), " on ", name()),
+        [done] { return done->query(); }, [comm] { return kernels::cuda::nccl_async_error(comm); });
+    return std::make_unique<NcclWork>(std::move(done), std::move(keep));
+  }
+
   MPI_Comm comm_;
+  std::string name_;
   int rank_ = 0, size_ = 1;
+  void* nccl_comm_ = nullptr;
+  Device nccl_device_;
+  Stream comm_stream_;
 };
 
 } // namespace
 
+double ProcessGroup::all_reduce_value(double v, ReduceOp op) {
+  Tensor t = Tensor::from_vector(std::vector<double>{v}, {1});
+  all_reduce(t, op);
+  return t.data<double>()[0];
+}
+
+int64_t ProcessGroup::all_reduce_value(int64_t v, ReduceOp op) {
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{v}, {1});
+  all_reduce(t, op);
+  return t.data<int64_t>()[0];
+}
+
 std::unique_ptr<ProcessGroup> world_group() {
   mpi_world();
-  return std::make_unique<MpiProcessGroup>(MPI_COMM_WORLD);
+  return std::make_unique<MpiProcessGroup>(MPI_COMM_WORLD, "world");
 }
 
 } // namespace vlm::parallel

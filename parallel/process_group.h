@@ -1,10 +1,23 @@
 // Collectives over a group of ranks on tensors (DESIGN.md §6). Every rank of the group calls the
-// same collectives in the same order with tensors of the same shape and dtype. This backend is
-// MPI for CPU tensors (CI runs every parallel path under `mpirun`); CUDA tensors will go through
-// NCCL on a communication stream (not built yet: they are refused with a clear error).
+// same collectives in the same order with tensors of the same shape and dtype.
+//
+// Backends, chosen per call by the tensors' device:
+//   * CPU tensors go over MPI (so CI runs every parallel path under `mpirun`);
+//   * CUDA tensors go over NCCL, on the group's communication stream: the collective is ordered
+//     after the work queued so far on the tensors' current stream (an event), and Work::wait()
+//     makes the current stream wait for it (an event again); the host never blocks. The NCCL
+//     communicator is created on the group's first CUDA collective, bootstrapped over MPI.
+//
+// Every collective is watched (parallel/watchdog.h): one that has not finished after
+// collective_timeout seconds — a peer crashed, hangs, or skipped it — ends the process with an
+// error naming the collective, so the launcher ends the job instead of letting it hang.
+//
+// Reductions: sum and max for f32, f64, i32, i64 and bf16 (bf16 partial sums are computed in f32
+// and rounded to bf16, on MPI as in NCCL); avg for the floating types.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "src/core/tensor.h"
 
@@ -12,23 +25,48 @@ namespace vlm::parallel {
 
 enum class ReduceOp { sum, avg, max };
 
+// A collective started by one of the *_async calls. wait() returns when its output may be used:
+// on CPU the data is there; on CUDA, work queued on the current stream from now on sees it. The
+// tensors of the collective are kept alive until then. wait() twice is a no-op; a Work destroyed
+// without wait() waits.
+class Work {
+public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
 class ProcessGroup {
 public:
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // "world", "dp_shard", ... and the ranks' world numbers, for messages.
+  virtual std::string name() const = 0;
 
-  // In place on every rank: t = op over the ranks' t (f32, f64, i32, i64; avg: floats only).
-  virtual void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
+  // In place on every rank: t = op over the ranks' t.
+  virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
   // out [size * n, ...] = the ranks' in [n, ...] stacked along dim 0 in rank order (any dtype).
+  virtual std::unique_ptr<Work> all_gather_async(const Tensor& out, const Tensor& in) = 0;
+  // out [n, ...] = block `rank` of op over the ranks' in [size * n, ...].
+  virtual std::unique_ptr<Work> reduce_scatter_async(const Tensor& out, const Tensor& in,
+                                                     ReduceOp op = ReduceOp::sum) = 0;
+
+  // The same, finished before they return (CPU) or ordered on the current stream (CUDA).
+  virtual void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
   virtual void all_gather(const Tensor& out, const Tensor& in) = 0;
-  // out [n, ...] = block `rank` of op over the ranks' in [size * n, ...] (as all_reduce's dtypes).
   virtual void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) = 0;
   // t = root's t on every rank (any dtype).
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
-  // The sub-group of the ranks that pass the same color, ordered by key (every rank calls it).
-  virtual std::unique_ptr<ProcessGroup> split(int color, int key) const = 0;
+
+  // Host values, summed (or maxed) over the group: step losses, token counts, norms.
+  double all_reduce_value(double v, ReduceOp op = ReduceOp::sum);
+  int64_t all_reduce_value(int64_t v, ReduceOp op = ReduceOp::sum);
+
+  // The sub-group of the ranks that pass the same color, ordered by key (every rank calls it);
+  // `name` labels it in messages.
+  virtual std::unique_ptr<ProcessGroup> split(int color, int key,
+                                              const std::string& name = "") const = 0;
 };
 
 // All ranks of the job (MPI_COMM_WORLD; MPI is initialized on first use, parallel/mpi_env.h).

@@ -1,7 +1,10 @@
-// vlmtrain: the command-line entry point. Library code throws vlm::Error; it is caught once here.
+// vlmtrain: the command-line entry point. Library code throws vlm::Error; it is caught once here,
+// printed with the rank, and in a multi-rank job every rank is ended (MPI_Abort), so no peer hangs
+// in a collective waiting for this one.
 #include <cstdio>
 #include <exception>
 
+#include "parallel/mpi_env.h"
 #include "src/base/logging.h"
 #include "src/train/cli.h"
 
@@ -11,6 +14,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%serror: %s\n", vlm::rank_prefix().c_str(), e.what());
     std::fflush(stderr);
+    vlm::parallel::abort_job_if_parallel(1);
     return 1;
   }
 }

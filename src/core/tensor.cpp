@@ -21,7 +21,20 @@ Storage::Storage(void* borrowed, size_t n, Device d, std::shared_ptr<void> keep)
     : data(borrowed), nbytes(n), device(d), keepalive(std::move(keep)) {}
 
 Storage::~Storage() {
-  if (allocator) allocator->deallocate(data, nbytes, stream);
+  if (allocator && data) allocator->deallocate(data, nbytes, stream);
+}
+
+void Storage::release() {
+  VLM_CHECK(allocator, "Storage::release: borrowed memory cannot be released");
+  if (data) allocator->deallocate(data, nbytes, stream);
+  data = nullptr;
+}
+
+void Storage::reacquire() {
+  VLM_CHECK(allocator, "Storage::reacquire: borrowed memory cannot be reacquired");
+  if (data) return;
+  stream = current_stream(device);
+  data = allocator->allocate(nbytes, stream);
 }
 
 TensorImpl::~TensorImpl() = default;
@@ -127,6 +140,9 @@ bool Tensor::shares_storage(const Tensor& other) const {
 
 void* Tensor::data_ptr() const {
   auto& i = impl();
+  VLM_CHECK(!i.storage->released(), "tensor ", name().empty() ? desc() : name() + " " + desc(),
+            ": its memory was released (an FSDP parameter read outside its unit's forward or "
+            "backward)");
   return static_cast<char*>(i.storage->data) + i.offset * int64_t(dtype_size(i.dtype));
 }
 

@@ -36,6 +36,13 @@ struct Storage {
   Storage(size_t nbytes, Allocator& allocator); // on allocator.device()
   Storage(void* borrowed, size_t nbytes, Device device, std::shared_ptr<void> keepalive);
   ~Storage();
+  // FSDP's unsharded parameters: release() gives the memory back (on `stream`) while tensors
+  // keep referring to the storage; reacquire() allocates it again on the current stream (the
+  // contents are undefined until written). Reading a released storage is an error. Allocated
+  // storages only.
+  void release();
+  void reacquire();
+  bool released() const { return data == nullptr && nbytes > 0; }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 };

@@ -56,6 +56,12 @@ std::span<const EnumName<DataParallel>> enum_names(DataParallel*) {
                                                  {"fsdp", DataParallel::fsdp}};
   return t;
 }
+std::span<const EnumName<GradReduce>> enum_names(GradReduce*) {
+  static constexpr EnumName<GradReduce> t[] = {{"auto", GradReduce::automatic},
+                                               {"every_micro_step", GradReduce::every_micro_step},
+                                               {"last_micro_step", GradReduce::last_micro_step}};
+  return t;
+}
 std::span<const EnumName<optim::ScheduleType>> enum_names(optim::ScheduleType*) {
   using S = optim::ScheduleType;
   static constexpr EnumName<S> t[] = {
@@ -725,7 +731,15 @@ public:
     check(d.max_pixels <= io::kMaxDecodePixels, "data.max_pixels",
           "must be <= " + std::to_string(io::kMaxDecodePixels) + " (the image decode limit)");
     // [parallel]
-    check(c.parallel.tp_size >= 1, "parallel.tp_size", "must be >= 1");
+    const auto& par = c.parallel;
+    check(par.tp_size >= 1, "parallel.tp_size", "must be >= 1");
+    check(par.dp_replicate >= 0, "parallel.dp_replicate", "must be >= 0 (0 = the ranks left)");
+    check(par.dp_shard >= 0, "parallel.dp_shard", "must be >= 0 (0 = the ranks left)");
+    check(par.data_parallel == DataParallel::fsdp || par.dp_shard <= 1, "parallel.dp_shard",
+          "must be 0 or 1 with parallel.data_parallel = \"ddp\" (ddp keeps the whole model on "
+          "every rank; set data_parallel = \"fsdp\" to shard it)");
+    check(nonneg(par.collective_timeout_s), "parallel.collective_timeout_s",
+          "must be >= 0 (0 = never)");
     // [checkpoint]
     check(!c.checkpoint.output_dir.empty(), "checkpoint.output_dir", "must not be empty");
     check(c.checkpoint.save_steps >= 0, "checkpoint.save_steps",
@@ -773,6 +787,7 @@ std::string type_text(const Field& f) {
 const char* nan_policy_name(NanPolicy p) { return name_of(p); }
 const char* checkpoint_format_name(CheckpointFormat f) { return name_of(f); }
 const char* data_parallel_name(DataParallel d) { return name_of(d); }
+const char* grad_reduce_name(GradReduce g) { return name_of(g); }
 
 TrainConfig parse_train_config(std::string_view toml_text, std::string_view source_name,
                                const std::vector<std::string>& overrides,

@@ -58,6 +58,11 @@ enum class CheckpointFormat : uint8_t { safetensors, hdf5 };
 // ddp: every rank holds the whole model (dp_shard = 1); fsdp: parameters, gradients and optimizer
 // states sharded over the data-parallel ranks (DESIGN.md §6).
 enum class DataParallel : uint8_t { ddp, fsdp };
+// When gradients are reduced under gradient accumulation (parallel/fsdp.h): after every
+// micro-step (memory stays sharded), or only after a step's last one (no communication on the
+// others; a whole fp32 gradient is held). automatic: last_micro_step for ddp, every_micro_step
+// for fsdp.
+enum class GradReduce : uint8_t { automatic, every_micro_step, last_micro_step };
 
 // Packed rows per micro-batch at most: the rows are gathered in host memory before the step.
 constexpr int64_t kMaxMicroBatchRows = 4096;
@@ -65,6 +70,7 @@ constexpr int64_t kMaxMicroBatchRows = 4096;
 const char* nan_policy_name(NanPolicy p);
 const char* checkpoint_format_name(CheckpointFormat f);
 const char* data_parallel_name(DataParallel d);
+const char* grad_reduce_name(GradReduce g);
 
 // clang-format off
 // X(type, name, default, help)
@@ -159,7 +165,18 @@ const char* data_parallel_name(DataParallel d);
 #define VLM_TRAIN_CONFIG_PARALLEL(X)                                                               \
   X(int64_t, tp_size, 1, "tensor-parallel degree; must divide the number of ranks")                \
   X(DataParallel, data_parallel, DataParallel::ddp,                                                \
-    "data parallelism over the remaining ranks: replicated (ddp) or sharded (fsdp)")
+    "data parallelism over the remaining ranks: replicated (ddp) or sharded (fsdp)")               \
+  X(int64_t, dp_replicate, 0,                                                                      \
+    "replica groups (ddp: every data-parallel rank; fsdp > 1: HSDP); 0 = the ranks that are left") \
+  X(int64_t, dp_shard, 0,                                                                          \
+    "ranks one replica is sharded over (fsdp; ddp: 1); 0 = the ranks that are left")               \
+  X(bool, reshard_after_forward, true,                                                             \
+    "fsdp: free a block's gathered parameters after its forward, gather again for its backward")   \
+  X(DType, reduce_dtype, DType::f32, "dtype gradients are summed across ranks in (f32 or bf16)")   \
+  X(GradReduce, grad_reduce, GradReduce::automatic,                                                \
+    "with accumulation, reduce gradients after every micro-step or the last (auto: ddp last)")     \
+  X(double, collective_timeout_s, 600.0,                                                           \
+    "end the job when a collective waits longer than this for a peer (crash, hang); 0 = never")
 
 #define VLM_TRAIN_CONFIG_CHECKPOINT(X)                                                             \
   X(std::string, output_dir, "checkpoints",                                                        \

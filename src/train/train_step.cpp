@@ -1,6 +1,10 @@
 #include "src/train/train_step.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "src/base/check.h"
 #include "src/base/logging.h"
@@ -53,10 +57,49 @@ bool decays(const TrainingOptions& t, model::ParamKind kind) {
 
 } // namespace
 
-TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model)
-    : config_(config), model_(std::move(model)), schedule_(lr_schedule_config(config)) {
+void apply_freezing(const TrainConfig& config, model::CausalLM& model) {
+  for (const auto& p : model.named_parameters())
+    if (!group_settings(config, model.param_role(p.name).group).trained) {
+      Tensor param = p.tensor;
+      param.set_requires_grad(false);
+    }
+}
+
+FaultInjection parse_fault_injection(const std::string& text) {
+  FaultInjection f;
+  const size_t a = text.find(':'), b = a == std::string::npos ? a : text.find(':', a + 1);
+  const std::string kind = text.substr(0, a);
+  char* end = nullptr;
+  bool ok = b != std::string::npos;
+  if (ok) {
+    const std::string rank = text.substr(a + 1, b - a - 1), step = text.substr(b + 1);
+    f.rank = int(std::strtol(rank.c_str(), &end, 10));
+    ok = !rank.empty() && *end == '\0' && f.rank >= 0;
+    f.step = std::strtoll(step.c_str(), &end, 10);
+    ok = ok && !step.empty() && *end == '\0' && f.step >= 1;
+  }
+  if (kind == "error")
+    f.kind = FaultInjection::Kind::error;
+  else if (kind == "crash")
+    f.kind = FaultInjection::Kind::crash;
+  else if (kind == "hang")
+    f.kind = FaultInjection::Kind::hang;
+  else
+    ok = false;
+  VLM_CHECK(ok,
+            "--inject-fault expects KIND:RANK:STEP with KIND error, crash or hang, RANK >= 0 "
+            "and STEP >= 1, got '",
+            text, "'");
+  return f;
+}
+
+TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model,
+                           StepParallel parallel)
+    : config_(config), parallel_(parallel), model_(std::move(model)),
+      schedule_(lr_schedule_config(config)) {
   const TrainingOptions& t = config.training;
   loss_.vocab_chunk = t.loss_vocab_chunk;
+  apply_freezing(config, *model_);
   // Groups in a fixed order: llm, llm_no_decay, mlp, mlp_no_decay, vit, vit_no_decay.
   std::vector<optim::ParamGroup> groups;
   for (auto g : {model::ParamGroup::llm, model::ParamGroup::mlp, model::ParamGroup::vit}) {
@@ -68,10 +111,7 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
   for (const auto& p : model_->named_parameters()) {
     const model::ParamRole role = model_->param_role(p.name);
     Tensor param = p.tensor;
-    if (!group_settings(config, role.group).trained) {
-      param.set_requires_grad(false);
-      continue;
-    }
+    if (!group_settings(config, role.group).trained) continue; // frozen by apply_freezing
     if (param.dtype() == DType::bf16) param.set_grad_dtype(t.grad_dtype);
     groups[2 * size_t(role.group) + (decays(t, role.kind) ? 0 : 1)].params.push_back(param);
   }
@@ -93,12 +133,31 @@ std::string TrainStepper::first_non_finite(double loss) const {
   return "the gradient norm";
 }
 
+void TrainStepper::inject_fault(int64_t step) const {
+  if (fault_.kind == FaultInjection::Kind::none || fault_.rank != world_rank_ ||
+      fault_.step != step + 1)
+    return;
+  std::fprintf(stderr, "%sinjected fault at step %lld (--inject-fault)\n", rank_prefix().c_str(),
+               (long long)(step + 1));
+  std::fflush(stderr);
+  switch (fault_.kind) {
+  case FaultInjection::Kind::error:
+    VLM_FAIL("train step ", step + 1, ": injected error on rank ", world_rank_,
+             " (--inject-fault)");
+  case FaultInjection::Kind::crash: std::abort();
+  case FaultInjection::Kind::hang:
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  case FaultInjection::Kind::none: break;
+  }
+}
+
 StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micro_batches) {
   VLM_CHECK(!micro_batches.empty(), "train step ", step + 1, ": no micro-batch");
   StepStats s;
   s.step = step;
   s.micro_batches = int64_t(micro_batches.size());
   for (const auto& b : micro_batches) s.targets += model::count_targets(b);
+  if (parallel_.dp) s.targets = parallel_.dp->all_reduce_value(s.targets);
   s.lr = schedule_.lr_at(step) * config_.training.lr_llm;
   if (s.targets == 0) { // nothing to learn from (every label masked): no update, not an error
     s.skipped = true;
@@ -110,7 +169,9 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   const double scale = 1.0 / double(s.targets);
   // Each micro-batch's loss sum stays on the device, in one [micro-batches] tensor read once.
   Tensor losses;
+  parallel::Fsdp* fsdp = parallel_.fsdp;
   for (size_t i = 0; i < micro_batches.size(); i++) {
+    if (fsdp) fsdp->begin_micro_step(i == 0, i + 1 == micro_batches.size());
     Tensor l = model::lm_loss(*model_, micro_batches[i], Reduction::sum, loss_);
     if (!losses.defined())
       losses = Tensor::empty({int64_t(micro_batches.size())}, l.dtype(), l.device());
@@ -119,15 +180,25 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
       Tensor slot = slice(losses, 0, int64_t(i), int64_t(i) + 1);
       copy_(slot, reshape(l.detach(), {1}));
     }
+    if (i == 0) inject_fault(step);
     affine(l, scale).backward();
+    if (fsdp) fsdp->end_micro_step();
   }
   double loss_sum = 0;
   for (double l : losses.to_doubles()) loss_sum += l;
+  if (parallel_.dp) loss_sum = parallel_.dp->all_reduce_value(loss_sum);
   s.loss = loss_sum * scale;
 
+  // The global norm: each rank's gradient shards, summed over the shard group (replicas hold the
+  // same shards).
+  double norm_sq = optim::grad_norm_squared(trainable_);
+  if (fsdp) norm_sq = fsdp->shard_group().all_reduce_value(norm_sq);
+  s.grad_norm = std::sqrt(norm_sq);
   const double max_norm = config_.training.max_grad_norm;
-  s.grad_norm =
-      max_norm > 0 ? optim::clip_grad_norm(trainable_, max_norm) : optim::grad_norm(trainable_);
+  if (max_norm > 0 && std::isfinite(s.grad_norm)) {
+    const double coef = optim::clip_coefficient(s.grad_norm, max_norm);
+    if (coef < 1.0) optim::scale_grads(trainable_, coef);
+  }
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     std::string what = first_non_finite(s.loss);
     optimizer_->zero_grad();
@@ -155,7 +226,9 @@ std::pair<double, int64_t> TrainStepper::evaluate(const std::vector<model::Batch
   double loss_sum = 0;
   int64_t targets = 0;
   for (const auto& b : batches) {
+    if (parallel_.fsdp) parallel_.fsdp->begin_micro_step(false, false);
     loss_sum += model::lm_loss(*model_, b, Reduction::sum, loss_).item();
+    if (parallel_.fsdp) parallel_.fsdp->end_micro_step();
     targets += model::count_targets(b);
   }
   return {loss_sum, targets};

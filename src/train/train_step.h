@@ -25,6 +25,12 @@
 // first non-finite tensor (the loss, or a parameter gradient by its HF name); skip drops the
 // gradients, applies no update, counts the step, and throws once more than max_skipped_steps
 // were skipped.
+//
+// Data parallelism (StepParallel): every rank runs the same micro-step count on its own
+// micro-batches; N, the logged loss and the skip decisions are sums over the data-parallel group,
+// so the update is the token mean over the global batch, exactly as one process would compute it.
+// FSDP (parallel/fsdp.h) is driven around each micro-batch; the gradient norm is summed over the
+// shard group (each rank holds a different part of every gradient).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +40,8 @@
 
 #include "model/causal_lm.h"
 #include "model/lm_loss.h"
+#include "parallel/fsdp.h"
+#include "parallel/process_group.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
 #include "src/train/config.h"
@@ -50,15 +58,39 @@ struct StepStats {
   bool skipped = false;      // non-finite, nan_policy = skip
 };
 
+// How a step is spread over ranks; nulls: one process.
+struct StepParallel {
+  parallel::ProcessGroup* dp = nullptr; // every data-parallel rank: targets and losses sum over it
+  parallel::Fsdp* fsdp = nullptr;       // the sharded model (its shard group sums the grad norm)
+};
+
+// Freezes (requires_grad = false) the parameter groups model.train_* turns off. The trainer calls
+// it before FSDP shards the model (frozen parameters are not sharded); TrainStepper calls it too.
+void apply_freezing(const TrainConfig& config, model::CausalLM& model);
+
+// A failure on purpose, for the tests of what a failing rank does to a job (`vlmtrain train
+// --inject-fault KIND:RANK:STEP`): at optimizer step `step` (1-based), on world rank `rank`, after
+// the first micro-batch's forward, before its backward — mid-step, while the other ranks are in
+// collectives. error: throws; crash: abort() (SIGABRT); hang: sleeps forever.
+struct FaultInjection {
+  enum class Kind { none, error, crash, hang } kind = Kind::none;
+  int rank = 0;
+  int64_t step = 0;
+};
+FaultInjection parse_fault_injection(const std::string& text);
+
 class TrainStepper {
 public:
-  // Builds the optimizer groups and state for `model` (its parameters must be allocated).
-  TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model);
+  // Builds the optimizer groups and state for `model` (its parameters must be allocated; with
+  // FSDP, its shards).
+  TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model,
+               StepParallel parallel = {});
 
   // Runs optimizer step `step` (0-based) over `micro_batches` (at least one).
   StepStats step(int64_t step, const std::vector<model::Batch>& micro_batches);
 
-  // Token-mean loss over batches, no gradients (evaluation). Returns {loss_sum, targets}.
+  // Token-mean loss over batches, no gradients (evaluation): {loss_sum, targets} of this rank's
+  // batches (the caller sums them over ranks).
   std::pair<double, int64_t> evaluate(const std::vector<model::Batch>& batches) const;
 
   optim::AdamW& optimizer() { return *optimizer_; }
@@ -68,12 +100,21 @@ public:
   int64_t skipped_steps() const { return skipped_; }
   void set_skipped_steps(int64_t n) { skipped_ = n; } // restoring a TrainState
   model::CausalLM& model() const { return *model_; }
+  const StepParallel& parallel() const { return parallel_; }
+  void set_fault_injection(const FaultInjection& fault, int world_rank) {
+    fault_ = fault;
+    world_rank_ = world_rank;
+  }
 
 private:
   // "the loss" or "the gradient of <name>": the first non-finite value of this step.
   std::string first_non_finite(double loss) const;
+  void inject_fault(int64_t step) const;
 
   TrainConfig config_;
+  StepParallel parallel_;
+  FaultInjection fault_;
+  int world_rank_ = 0;
   std::shared_ptr<model::CausalLM> model_;
   model::LossOptions loss_;
   std::unique_ptr<optim::AdamW> optimizer_;

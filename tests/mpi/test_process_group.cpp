@@ -105,11 +105,61 @@ TEST_CASE("process group: bad tensors are refused before any communication") {
   CHECK_THROWS_WITH(
       g->reduce_scatter(Tensor::zeros({1}, DType::f32), Tensor::zeros({n + 1}, DType::f32)),
       Contains("reduce_scatter"));
-  CHECK_THROWS_WITH(g->all_reduce(Tensor::zeros({2}, DType::bf16)),
-                    Contains("bf16") && Contains("not supported"));
+  CHECK_THROWS_WITH(g->all_reduce(Tensor::zeros({2}, DType::u8)),
+                    Contains("u8") && Contains("not supported"));
   CHECK_THROWS_WITH(g->all_reduce(Tensor::zeros({2}, DType::i64), ReduceOp::avg),
                     Contains("avg of an integer"));
   CHECK_THROWS_WITH(g->all_reduce(Tensor::zeros({2, 3}, DType::f32).as_strided({3, 2}, {1, 3}, 0)),
                     Contains("contiguous"));
   CHECK_THROWS_WITH(g->broadcast(Tensor::zeros({1}, DType::f32), n), Contains("root"));
+}
+
+TEST_CASE("process group: bf16 sums and max through MPI, partial sums rounded to bf16") {
+  auto g = world_group();
+  const int n = g->size(), r = g->rank();
+  // Values exact in bf16 (multiples of 0.5 below 64), so every partial sum is exact too.
+  Tensor sum = filled({3, 4}, DType::bf16, r), max = filled({3, 4}, DType::bf16, r);
+  g->all_reduce(sum);
+  g->all_reduce(max, ReduceOp::max);
+  const std::vector<double> s = sum.to_doubles(), m = max.to_doubles();
+  for (int64_t i = 0; i < 12; i++) {
+    double want = 0;
+    for (int k = 0; k < n; k++) want += value(k, i);
+    CHECK(s[size_t(i)] == want);
+    CHECK(m[size_t(i)] == value(n - 1, i));
+  }
+  const Tensor in = filled({2 * n, 2}, DType::bf16, r), out = Tensor::zeros({2, 2}, DType::bf16);
+  g->reduce_scatter(out, in, ReduceOp::avg);
+  const std::vector<double> got = out.to_doubles();
+  for (int64_t i = 0; i < 4; i++) {
+    double want = 0;
+    for (int k = 0; k < n; k++) want += value(k, int64_t(r) * 4 + i);
+    CHECK(got[size_t(i)] == double(float(bf16(float(want / n)))));
+  }
+}
+
+TEST_CASE("process group: async collectives give the blocking results after wait()") {
+  auto g = world_group();
+  const int n = g->size(), r = g->rank();
+  const Tensor in = filled({3, 2}, DType::f32, r), gathered = Tensor::zeros({3 * n, 2});
+  const Tensor big = filled({2 * n, 3}, DType::f32, r), scattered = Tensor::zeros({2, 3});
+  Tensor summed = filled({5}, DType::f64, r);
+  // Three collectives in flight at once, waited in another order than started.
+  auto w1 = g->all_gather_async(gathered, in);
+  auto w2 = g->reduce_scatter_async(scattered, big);
+  auto w3 = g->all_reduce_async(summed, ReduceOp::avg);
+  w3->wait();
+  w1->wait();
+  w2->wait();
+  w2->wait(); // twice is a no-op
+  Tensor gathered_ref = Tensor::zeros({3 * n, 2}), scattered_ref = Tensor::zeros({2, 3});
+  Tensor summed_ref = filled({5}, DType::f64, r);
+  g->all_gather(gathered_ref, in);
+  g->reduce_scatter(scattered_ref, big);
+  g->all_reduce(summed_ref, ReduceOp::avg);
+  CHECK(gathered.to_doubles() == gathered_ref.to_doubles());
+  CHECK(scattered.to_doubles() == scattered_ref.to_doubles());
+  CHECK(summed.to_doubles() == summed_ref.to_doubles());
+  CHECK(g->all_reduce_value(int64_t(r + 1)) == int64_t(n) * (n + 1) / 2);
+  CHECK(g->all_reduce_value(double(r), ReduceOp::max) == double(n - 1));
 }

@@ -464,6 +464,12 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   d.max_pixels = 2;
   c.parallel.tp_size = 4;
   c.parallel.data_parallel = DataParallel::fsdp;
+  c.parallel.dp_replicate = 2;
+  c.parallel.dp_shard = 8;
+  c.parallel.reshard_after_forward = false;
+  c.parallel.reduce_dtype = DType::bf16;
+  c.parallel.grad_reduce = GradReduce::last_micro_step;
+  c.parallel.collective_timeout_s = 0.5;
   c.checkpoint.output_dir = "runs/a b";
   c.checkpoint.save_steps = 0;
   c.checkpoint.format = CheckpointFormat::hdf5;

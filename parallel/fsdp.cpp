@@ -1,0 +1,550 @@
+#include "parallel/fsdp.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <unordered_set>
+
+#include "src/base/check.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/elementwise.h"
+#include "src/core/ops/shape_ops.h"
+
+namespace vlm::parallel {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Elements [begin, begin + n) of a flat tensor, as a flat view.
+Tensor flat_slice(const Tensor& flat, int64_t begin, int64_t n) {
+  return slice(flat, 0, begin, begin + n);
+}
+
+std::string mib(int64_t bytes) { return detail::str_cat(double(bytes) / double(1 << 20), " MiB"); }
+
+} // namespace
+
+// One trainable parameter of a unit: its whole shape, its rows on this rank, where it lives in the
+// unit's flat buffers, and the module whose slot holds it.
+struct ShardedParam {
+  std::string name;       // full HF name (relative to the root)
+  nn::Module* owner;      // replace_parameter is called on it (the block, or the root)
+  std::string local_name; // the name relative to owner
+  Shape full_shape;
+  int64_t rows = 1, row_numel = 1; // dim 0 and the elements of one row (a 0-dim tensor: 1 x 1)
+  int64_t shard_rows = 1;          // ceil(rows / dp_shard)
+  int64_t shard_offset = 0;        // in the flat shard (and flat gradient)
+  int64_t full_offset = 0;         // in the full buffer
+  Tensor shard;                    // leaf [shard_rows, ...] viewing the flat shard
+  Tensor full;                     // this micro-step's whole parameter, viewing the full buffer
+};
+
+struct FsdpUnit {
+  enum class State { sharded, gathering, unsharded };
+
+  std::string name;
+  nn::Module* module = nullptr; // null: the root unit
+  int index = 0;                // in Fsdp::Impl::units (the root is 0)
+  std::vector<ShardedParam> params;
+  DType dtype = DType::f32, grad_dtype = DType::f32, reduce_dtype = DType::f32;
+  int64_t shard_numel = 0, full_numel = 0;
+  Tensor flat_shard;     // [shard_numel] dtype: the shards, persistent
+  Tensor flat_grad;      // [shard_numel] grad_dtype: the gradient shards of the step
+  Tensor unsharded_grad; // [ranks x shard_numel] grad_dtype (reduce_every_micro_step = false)
+  Tensor full_buffer;    // [full_numel] dtype; released while sharded (the flat shard if 1 rank)
+  State state = State::sharded;
+  std::unique_ptr<Work> gather_work;
+  Tensor gather_recv;
+  bool reshard_after_forward = true;
+  bool swapped_in = false;    // the module's slots hold the whole parameters
+  bool node_recorded = false; // this micro-step's forward recorded a gather node
+  bool reduced = false;       // ... and its backward reduced the gradients
+  size_t wrapper = 0;
+};
+
+namespace {
+
+// The autograd node whose outputs are a unit's whole parameters: it runs once all their gradients
+// have arrived, i.e. when the unit's backward is done, and reduces them.
+class FsdpGatherNode final : public Node {
+public:
+  FsdpGatherNode(std::weak_ptr<Fsdp::Impl> impl, FsdpUnit* unit)
+      : impl_(std::move(impl)), unit_(unit) {}
+  const char* name() const override { return "FsdpReduceGradients"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override;
+
+private:
+  std::weak_ptr<Fsdp::Impl> impl_;
+  FsdpUnit* unit_;
+};
+
+// Identity on a block's outputs: in backward it runs before any node of the block and gathers the
+// unit's parameters again.
+class FsdpPreBackwardNode final : public Node {
+public:
+  FsdpPreBackwardNode(std::weak_ptr<Fsdp::Impl> impl, FsdpUnit* unit)
+      : impl_(std::move(impl)), unit_(unit) {}
+  const char* name() const override { return "FsdpGatherForBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override;
+
+private:
+  std::weak_ptr<Fsdp::Impl> impl_;
+  FsdpUnit* unit_;
+};
+
+} // namespace
+
+struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
+  nn::Module& root;
+  ProcessGroup& shard;
+  ProcessGroup* replicate; // null when there is no replica
+  FsdpOptions options;
+  Device device;
+  int ranks = 1, rank = 0;
+  std::vector<std::unique_ptr<FsdpUnit>> units; // units[0] = the root
+  int64_t frozen_bytes = 0;
+
+  // The micro-step.
+  bool in_micro_step = false, first = false, last = false, all_whole = false;
+  std::vector<FsdpUnit*> forward_order;
+  struct PendingReduce {
+    FsdpUnit* unit;
+    std::unique_ptr<Work> work;
+    Tensor out, send;
+  };
+  std::optional<PendingReduce> pending;
+  struct PendingReplicate {
+    FsdpUnit* unit;
+    std::unique_ptr<Work> work;
+    Tensor buffer; // the all-reduced values (reduce dtype), copied into the flat gradient
+  };
+  std::vector<PendingReplicate> replicating;
+
+  Impl(nn::Module& r, ProcessGroup& s, ProcessGroup* rep, const FsdpOptions& o, Device d)
+      : root(r), shard(s), replicate(rep && rep->size() > 1 ? rep : nullptr), options(o), device(d),
+        ranks(s.size()), rank(s.rank()) {}
+
+  // --- building ----------------------------------------------------------------------------------
+
+  void add_param(FsdpUnit& u, const std::string& full_name, nn::Module* owner,
+                 const std::string& local_name, const Tensor& value) {
+    if (u.params.empty())
+      u.dtype = value.dtype();
+    else
+      VLM_CHECK(value.dtype() == u.dtype, "FSDP unit ", u.name, ": parameter ", full_name, " is ",
+                dtype_name(value.dtype()), " but ", u.params[0].name, " is ", dtype_name(u.dtype),
+                " (one dtype per unit)");
+    ShardedParam p;
+    p.name = full_name;
+    p.owner = owner;
+    p.local_name = local_name;
+    p.full_shape = value.shape();
+    p.rows = value.dim() == 0 ? 1 : value.size(0);
+    p.row_numel = p.rows == 0 ? 0 : value.numel() / p.rows;
+    p.shard_rows = ceil_div(p.rows, ranks);
+    p.shard_offset = u.shard_numel;
+    p.full_offset = u.full_numel;
+    u.shard_numel += p.shard_rows * p.row_numel;
+    u.full_numel += value.numel();
+    p.full = value; // the whole value until the shards are cut from it
+    u.params.push_back(std::move(p));
+  }
+
+  // Allocates the unit's buffers, cuts this rank's rows out of the whole parameters and swaps
+  // the shards into the module.
+  void shard_unit(FsdpUnit& u) {
+    NoGradGuard no_grad;
+    u.grad_dtype = u.dtype == DType::f64 ? DType::f64 : DType::f32;
+    u.reduce_dtype = u.dtype == DType::f64 ? DType::f64 : options.reduce_dtype;
+    u.flat_shard = Tensor::zeros({u.shard_numel}, u.dtype, device);
+    u.flat_grad = Tensor::zeros({u.shard_numel}, u.grad_dtype, device);
+    for (ShardedParam& p : u.params) {
+      const int64_t lo = std::min(p.rows, int64_t(rank) * p.shard_rows);
+      const int64_t hi = std::min(p.rows, lo + p.shard_rows);
+      if (hi > lo) {
+        Tensor dst = flat_slice(u.flat_shard, p.shard_offset, (hi - lo) * p.row_numel);
+        copy_(dst, flat_slice(reshape(p.full.detach().contiguous(), {p.rows * p.row_numel}),
+                              lo * p.row_numel, (hi - lo) * p.row_numel));
+      }
+      Shape shard_shape = p.full_shape.empty() ? Shape{} : p.full_shape;
+      if (!shard_shape.empty()) shard_shape[0] = p.shard_rows;
+      p.shard = u.flat_shard.as_strided(shard_shape, contiguous_strides(shard_shape),
+                                        u.flat_shard.offset() + p.shard_offset);
+      p.shard.set_requires_grad(true);
+      p.full = Tensor();
+      p.owner->replace_parameter(p.local_name, p.shard);
+      p.shard.set_name(p.name);
+    }
+    if (ranks == 1) {
+      u.full_buffer = u.flat_shard; // the shards are the whole parameters
+      for (ShardedParam& p : u.params) p.full_offset = p.shard_offset;
+    } else {
+      u.full_buffer = Tensor::empty({u.full_numel}, u.dtype, device);
+      u.full_buffer.impl().storage->release();
+    }
+  }
+
+  // --- gathering ---------------------------------------------------------------------------------
+
+  void start_gather(FsdpUnit& u) {
+    if (u.state != FsdpUnit::State::sharded) return;
+    if (ranks == 1) {
+      u.state = FsdpUnit::State::unsharded;
+      return;
+    }
+    u.gather_recv = Tensor::empty({ranks * u.shard_numel}, u.dtype, device);
+    u.gather_work = shard.all_gather_async(u.gather_recv, u.flat_shard);
+    u.state = FsdpUnit::State::gathering;
+  }
+
+  // The unit's whole parameters in its full buffer (gathered now, or the prefetch finished).
+  void finish_gather(FsdpUnit& u) {
+    start_gather(u);
+    if (u.state != FsdpUnit::State::gathering) return;
+    u.gather_work->wait();
+    u.gather_work.reset();
+    NoGradGuard no_grad;
+    u.full_buffer.impl().storage->reacquire();
+    const int64_t S = u.shard_numel;
+    for (const ShardedParam& p : u.params)
+      for (int r = 0; r < ranks; r++) {
+        const int64_t lo = std::min(p.rows, int64_t(r) * p.shard_rows);
+        const int64_t n = (std::min(p.rows, lo + p.shard_rows) - lo) * p.row_numel;
+        if (n == 0) continue;
+        Tensor dst = flat_slice(u.full_buffer, p.full_offset + lo * p.row_numel, n);
+        copy_(dst, flat_slice(u.gather_recv, r * S + p.shard_offset, n));
+      }
+    u.gather_recv = Tensor();
+    u.state = FsdpUnit::State::unsharded;
+  }
+
+  // Fresh whole-parameter tensors on the full buffer; with `record`, the outputs of a gather
+  // node (their gradients come back to post_backward).
+  void make_whole(FsdpUnit& u, bool record) {
+    std::vector<Tensor*> outs;
+    for (ShardedParam& p : u.params) {
+      p.full = u.full_buffer.as_strided(p.full_shape, contiguous_strides(p.full_shape),
+                                        u.full_buffer.offset() + p.full_offset);
+      outs.push_back(&p.full);
+    }
+    u.node_recorded = record;
+    if (record)
+      vlm::record(std::make_shared<FsdpGatherNode>(weak_from_this(), &u),
+                  std::vector<const Tensor*>{}, outs);
+  }
+
+  void swap_in(FsdpUnit& u) {
+    if (u.swapped_in) return;
+    for (ShardedParam& p : u.params) {
+      p.owner->replace_parameter(p.local_name, p.full);
+      p.full.set_name(p.name);
+    }
+    u.swapped_in = true;
+  }
+
+  void swap_out(FsdpUnit& u) {
+    if (!u.swapped_in) return;
+    for (ShardedParam& p : u.params) {
+      p.owner->replace_parameter(p.local_name, p.shard);
+      p.shard.set_name(p.name);
+    }
+    u.swapped_in = false;
+  }
+
+  // Back to the shards: the module's slots and, with more than one rank, the memory.
+  void reshard(FsdpUnit& u) {
+    swap_out(u);
+    if (u.state == FsdpUnit::State::gathering) { // a prefetch nobody used
+      u.gather_work->wait();
+      u.gather_work.reset();
+      u.gather_recv = Tensor();
+    }
+    if (ranks > 1) u.full_buffer.impl().storage->release();
+    u.state = FsdpUnit::State::sharded;
+  }
+
+  void prefetch(int index) {
+    if (!options.prefetch || index < 1 || index >= int(units.size())) return;
+    start_gather(*units[size_t(index)]);
+  }
+
+  // --- forward and backward of a block unit ------------------------------------------------------
+
+  void pre_forward(FsdpUnit& u) {
+    VLM_CHECK(in_micro_step, "FSDP: block ", u.name,
+              " ran outside a micro-step (Fsdp::begin_micro_step / end_micro_step; for "
+              "generation or export call unshard_all first)");
+    finish_gather(u);
+    make_whole(u, GradMode::is_enabled());
+    swap_in(u);
+    forward_order.push_back(&u);
+    prefetch(u.index + 1);
+  }
+
+  std::vector<Tensor> post_forward(FsdpUnit& u, std::vector<Tensor> outputs) {
+    if (u.node_recorded) {
+      std::vector<const Tensor*> ins;
+      std::vector<Tensor> result = outputs;
+      std::vector<Tensor*> outs;
+      for (size_t k = 0; k < outputs.size(); k++)
+        if (outputs[k].defined() && outputs[k].requires_grad()) {
+          result[k] = outputs[k].detach();
+          ins.push_back(&outputs[k]);
+          outs.push_back(&result[k]);
+        }
+      if (!outs.empty())
+        vlm::record(std::make_shared<FsdpPreBackwardNode>(weak_from_this(), &u), ins, outs);
+      outputs = std::move(result);
+    }
+    if (u.reshard_after_forward) reshard(u);
+    return outputs;
+  }
+
+  void pre_backward(FsdpUnit& u) {
+    finish_gather(u); // the same memory the saved tensors point at
+    swap_in(u);       // activation checkpointing recomputes from the slots
+    auto it = std::find(forward_order.begin(), forward_order.end(), &u);
+    if (it != forward_order.begin() && it != forward_order.end()) prefetch((*(it - 1))->index);
+  }
+
+  // --- gradient reduction ------------------------------------------------------------------------
+
+  // grads of the whole parameters into [rank][shard] order, added into `dst` [ranks x S] (a
+  // zeroed send buffer, or the unsharded accumulation buffer).
+  void pack_add(const FsdpUnit& u, const std::vector<Tensor>& grads, Tensor& dst) {
+    const int64_t S = u.shard_numel;
+    for (size_t i = 0; i < u.params.size(); i++) {
+      const ShardedParam& p = u.params[i];
+      const Tensor g = reshape(grads[i].contiguous(), {p.rows * p.row_numel});
+      for (int r = 0; r < ranks; r++) {
+        const int64_t lo = std::min(p.rows, int64_t(r) * p.shard_rows);
+        const int64_t n = (std::min(p.rows, lo + p.shard_rows) - lo) * p.row_numel;
+        if (n == 0) continue;
+        Tensor piece = flat_slice(dst, r * S + p.shard_offset, n);
+        const Tensor src = flat_slice(g, lo * p.row_numel, n);
+        add_(piece, src.dtype() == dst.dtype() ? src : cast(src, dst.dtype()));
+      }
+    }
+  }
+
+  void post_backward(FsdpUnit& u, const std::vector<Tensor>& grads) {
+    NoGradGuard no_grad;
+    finish_pending(); // at most one reduce-scatter in flight
+    const bool sync = last || options.reduce_every_micro_step;
+    if (ranks == 1) {
+      pack_add(u, grads, u.flat_grad); // the shard is the whole gradient: no reduce-scatter
+      if (last) start_replicate(u);
+    } else if (!sync) {
+      if (!u.unsharded_grad.defined())
+        u.unsharded_grad = Tensor::zeros({ranks * u.shard_numel}, u.grad_dtype, device);
+      pack_add(u, grads, u.unsharded_grad);
+    } else {
+      Tensor send;
+      if (u.unsharded_grad.defined()) {
+        pack_add(u, grads, u.unsharded_grad);
+        send = u.unsharded_grad.to(u.reduce_dtype);
+        u.unsharded_grad = Tensor();
+      } else {
+        send = Tensor::zeros({ranks * u.shard_numel}, u.reduce_dtype, device);
+        pack_add(u, grads, send);
+      }
+      Tensor out = Tensor::empty({u.shard_numel}, u.reduce_dtype, device);
+      pending = PendingReduce{&u, shard.reduce_scatter_async(out, send), out, send};
+    }
+    u.reduced = true;
+    reshard(u);
+  }
+
+  // The reduced shard into the flat gradient; on the last micro-step, to the replicas.
+  void finish_pending() {
+    if (!pending) return;
+    pending->work->wait();
+    FsdpUnit& u = *pending->unit;
+    add_(u.flat_grad, pending->out.to(u.grad_dtype));
+    pending.reset();
+    if (last) start_replicate(u);
+  }
+
+  void start_replicate(FsdpUnit& u) {
+    if (!replicate) return;
+    Tensor buffer = u.flat_grad.to(u.reduce_dtype); // the flat gradient itself in its own dtype
+    replicating.push_back({&u, replicate->all_reduce_async(buffer), buffer});
+  }
+
+  void finish_replicate() {
+    for (PendingReplicate& r : replicating) {
+      r.work->wait();
+      if (!r.buffer.same(r.unit->flat_grad)) copy_(r.unit->flat_grad, r.buffer);
+    }
+    replicating.clear();
+  }
+};
+
+namespace {
+
+std::vector<Tensor> FsdpGatherNode::apply(std::vector<Tensor>& grads) {
+  if (auto impl = impl_.lock()) impl->post_backward(*unit_, grads);
+  return {};
+}
+
+std::vector<Tensor> FsdpPreBackwardNode::apply(std::vector<Tensor>& grads) {
+  if (auto impl = impl_.lock()) impl->pre_backward(*unit_);
+  return std::move(grads);
+}
+
+} // namespace
+
+Fsdp::Fsdp(nn::Module& root, const std::vector<nn::Module*>& blocks, ProcessGroup& shard_group,
+           ProcessGroup* replicate_group, const FsdpOptions& options, Device device)
+    : impl_(std::make_shared<Impl>(root, shard_group, replicate_group, options, device)) {
+  Impl& m = *impl_;
+  VLM_CHECK(options.reduce_dtype == DType::f32 || options.reduce_dtype == DType::bf16,
+            "FSDP: reduce dtype must be f32 or bf16, got ", dtype_name(options.reduce_dtype));
+  // Where each block sits under the root.
+  std::map<const nn::Module*, std::string> paths;
+  for (const auto& [path, module] : root.named_modules()) paths.emplace(module, path);
+  std::unordered_set<const TensorImpl*> claimed;
+  auto unit = std::make_unique<FsdpUnit>();
+  unit->name = "root";
+  m.units.push_back(std::move(unit));
+  for (size_t b = 0; b < blocks.size(); b++) {
+    auto it = paths.find(blocks[b]);
+    VLM_CHECK(it != paths.end() && !it->second.empty(), "FSDP: block ", b,
+              " is not a module under the root");
+    auto u = std::make_unique<FsdpUnit>();
+    u->name = it->second;
+    u->module = blocks[b];
+    u->index = int(m.units.size());
+    for (const auto& np : blocks[b]->named_parameters()) {
+      if (!claimed.insert(np.tensor.impl_ptr().get()).second) continue;
+      if (!np.tensor.requires_grad()) continue; // frozen: stays whole, never communicated
+      m.add_param(*u, it->second + "." + np.name, blocks[b], np.name, np.tensor);
+    }
+    m.units.push_back(std::move(u));
+  }
+  for (const auto& np : root.named_parameters()) {
+    if (!np.tensor.requires_grad()) {
+      m.frozen_bytes += int64_t(np.tensor.nbytes());
+      continue;
+    }
+    if (!claimed.insert(np.tensor.impl_ptr().get()).second) continue;
+    m.add_param(*m.units[0], np.name, &root, np.name, np.tensor);
+  }
+  for (auto& u : m.units) {
+    m.shard_unit(*u);
+    u->reshard_after_forward = options.reshard_after_forward;
+  }
+  // The last block's backward comes right after the forward: keep it whole (torchtitan does).
+  if (m.units.size() > 1) m.units.back()->reshard_after_forward = false;
+  std::weak_ptr<Impl> weak = impl_;
+  for (size_t i = 1; i < m.units.size(); i++) {
+    FsdpUnit* u = m.units[i].get();
+    if (u->params.empty()) continue; // a frozen block: nothing to gather
+    u->wrapper = u->module->add_forward_wrapper(
+        [weak, u](const nn::Module::Forward& forward, const std::vector<Tensor>& inputs) {
+          auto impl = weak.lock();
+          if (!impl || impl->all_whole) return forward(inputs);
+          impl->pre_forward(*u);
+          return impl->post_forward(*u, forward(inputs));
+        });
+  }
+}
+
+Fsdp::~Fsdp() {
+  for (auto& u : impl_->units)
+    if (u->wrapper) u->module->remove_forward_hook(u->wrapper);
+}
+
+void Fsdp::begin_micro_step(bool first, bool last) {
+  Impl& m = *impl_;
+  VLM_CHECK(!m.in_micro_step, "FSDP: begin_micro_step twice without end_micro_step");
+  VLM_CHECK(!m.all_whole, "FSDP: begin_micro_step while unshard_all() holds the whole model");
+  m.in_micro_step = true;
+  m.first = first;
+  m.last = last;
+  if (first)
+    for (auto& u : m.units) {
+      fill_(u->flat_grad, 0.0);
+      for (ShardedParam& p : u->params)
+        p.shard.set_grad(u->flat_grad.as_strided(p.shard.shape(), p.shard.strides(),
+                                                 u->flat_grad.offset() + p.shard_offset));
+    }
+  FsdpUnit& root = *m.units[0];
+  m.finish_gather(root);
+  m.make_whole(root, GradMode::is_enabled() && !root.params.empty());
+  m.swap_in(root);
+  m.forward_order = {&root};
+  m.prefetch(1);
+}
+
+void Fsdp::end_micro_step() {
+  Impl& m = *impl_;
+  VLM_CHECK(m.in_micro_step, "FSDP: end_micro_step without begin_micro_step");
+  m.in_micro_step = false; // also when the checks below throw
+  m.finish_pending();
+  m.finish_replicate();
+  for (auto& u : m.units) {
+    VLM_CHECK(!u->node_recorded || u->reduced || u->params.empty(), "FSDP: unit ", u->name,
+              " ran its forward with gradients but received none in this micro-step's backward: "
+              "every unit must reach the loss on every rank (was backward skipped, or a block's "
+              "output left unused?)");
+    m.reshard(*u);
+    u->node_recorded = u->reduced = false;
+    for (ShardedParam& p : u->params) p.full = Tensor();
+  }
+  m.forward_order.clear();
+}
+
+void Fsdp::unshard_all() {
+  Impl& m = *impl_;
+  VLM_CHECK(!m.in_micro_step, "FSDP: unshard_all inside a micro-step");
+  if (m.all_whole) return;
+  for (auto& u : m.units) m.start_gather(*u);
+  for (auto& u : m.units) {
+    m.finish_gather(*u);
+    m.make_whole(*u, false);
+    m.swap_in(*u);
+  }
+  m.all_whole = true;
+}
+
+void Fsdp::reshard_all() {
+  Impl& m = *impl_;
+  if (!m.all_whole) return;
+  for (auto& u : m.units) {
+    m.reshard(*u);
+    for (ShardedParam& p : u->params) p.full = Tensor();
+  }
+  m.all_whole = false;
+}
+
+ProcessGroup& Fsdp::shard_group() const { return impl_->shard; }
+
+FsdpMemory Fsdp::memory() const {
+  const Impl& m = *impl_;
+  FsdpMemory r;
+  r.param_bytes = m.frozen_bytes;
+  r.full_param_bytes = m.frozen_bytes;
+  for (const auto& u : m.units) {
+    const int64_t size = int64_t(dtype_size(u->dtype)), gsize = int64_t(dtype_size(u->grad_dtype));
+    r.param_bytes += u->shard_numel * size;
+    r.grad_bytes += u->shard_numel * gsize;
+    if (u->unsharded_grad.defined()) r.grad_bytes += int64_t(u->unsharded_grad.nbytes());
+    r.full_param_bytes += u->full_numel * size;
+    r.full_grad_bytes += u->full_numel * gsize;
+    r.trainable_elements += u->full_numel;
+    r.shard_elements += u->shard_numel;
+  }
+  return r;
+}
+
+std::vector<std::string> Fsdp::describe_units() const {
+  std::vector<std::string> out;
+  for (const auto& u : impl_->units)
+    out.push_back(detail::str_cat(u->name, " (", u->params.size(), " parameters, shard ",
+                                  mib(u->shard_numel * int64_t(dtype_size(u->dtype))), ")"));
+  return out;
+}
+
+} // namespace vlm::parallel

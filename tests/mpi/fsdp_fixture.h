@@ -1,0 +1,218 @@
+// What the data-parallel tests share: tiny models of every family (the golden snapshots), their
+// micro-batches — packed text rows, and for Qwen3-VL packed rows with two images, text-only rows
+// and rows whose labels are all masked — and two ways to train them for a few steps: one process
+// on the whole global batch (the reference), or the same batch spread over a DeviceMesh with
+// FSDP / HSDP / DDP. Every rank can compute the reference by itself (no communication).
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "parallel/activation_checkpointing.h"
+#include "parallel/fsdp.h"
+#include "parallel/mesh.h"
+#include "src/base/rng.h"
+#include "src/train/cmd_dump.h"
+#include "src/train/train_step.h"
+
+namespace vlm::testing {
+
+struct Family {
+  const char* name;
+  const char* snapshot; // folder under tests/data
+  bool vision;
+};
+
+// Every family of the registry, tied and untied: new families add their snapshots here.
+inline const std::vector<Family>& all_families() {
+  static const std::vector<Family> f = {{"qwen3 (untied)", "qwen3_tiny_untied", false},
+                                        {"qwen3 (tied)", "qwen3_tiny_tied", false},
+                                        {"qwen3_vl (untied)", "qwen3_vl_tiny_untied", true},
+                                        {"qwen3_vl (tied)", "qwen3_vl_tiny_tied", true}};
+  return f;
+}
+
+inline std::string test_data(const std::string& rel) {
+  return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
+}
+
+// Token ids of the random text: below the tiny configs' special ids (500-503).
+constexpr int64_t kTextVocab = 400;
+
+// Documents of random tokens packed into one row of about 64 tokens; targets random, -100 on
+// each document's last token and on about one in five others. MRoPE rows carry [3, T] positions
+// (text: the same position on every plane).
+inline model::Batch text_batch(uint64_t seed, bool mrope) {
+  Rng rng(seed, 7);
+  std::vector<int64_t> ids, targets, pos;
+  std::vector<int32_t> cu{0};
+  const int docs = int(rng.randint(1, 4));
+  for (int d = 0; d < docs; d++) {
+    const int64_t len = rng.randint(3, 30);
+    for (int64_t t = 0; t < len; t++) {
+      ids.push_back(rng.randint(0, kTextVocab));
+      targets.push_back(t + 1 == len || rng.uniform() < 0.2 ? -100 : rng.randint(0, kTextVocab));
+      pos.push_back(t);
+    }
+    cu.push_back(int32_t(ids.size()));
+  }
+  const int64_t T = int64_t(ids.size());
+  model::Batch b;
+  b.input_ids = Tensor::from_vector(ids, {T});
+  b.targets = Tensor::from_vector(targets, {T});
+  if (mrope) {
+    std::vector<int64_t> planes;
+    for (int k = 0; k < 3; k++) planes.insert(planes.end(), pos.begin(), pos.end());
+    b.position_ids = Tensor::from_vector(planes, {3, T});
+  } else {
+    b.position_ids = Tensor::from_vector(pos, {T});
+  }
+  b.cu_seqlens = Tensor::from_vector(cu, {int64_t(cu.size())});
+  return b;
+}
+
+// The Qwen3-VL golden row (a text document, a document with two images of grids (1, 4, 6) and
+// (1, 10, 8), a short text document) with fresh random text tokens, targets and pixels: the image
+// placeholders, grids and MRoPE positions stay as the packer made them.
+inline model::Batch image_batch(uint64_t seed) {
+  static const model::Batch golden =
+      train::read_batch_file(test_data("qwen3_vl_tiny_batches/untied_packed.safetensors"), true);
+  Rng rng(seed, 11);
+  std::vector<double> ids = golden.input_ids.to_doubles(), tg = golden.targets.to_doubles();
+  std::vector<int64_t> new_ids, new_targets;
+  for (size_t t = 0; t < ids.size(); t++) {
+    const bool special = ids[t] >= 500 && ids[t] <= 503;
+    new_ids.push_back(special ? int64_t(ids[t]) : rng.randint(0, kTextVocab));
+    new_targets.push_back(tg[t] == -100 ? -100 : rng.randint(0, kTextVocab));
+  }
+  model::Batch b = golden;
+  const int64_t T = int64_t(new_ids.size());
+  b.input_ids = Tensor::from_vector(new_ids, {T});
+  b.targets = Tensor::from_vector(new_targets, {T});
+  b.pixel_values = Tensor::randn(golden.pixel_values.shape(), rng);
+  b.num_targets = -1;
+  return b;
+}
+
+// Every target -100: the micro-batch adds nothing to the loss, but its rank must still take part.
+inline model::Batch masked(model::Batch b) {
+  b.targets = Tensor::full(b.targets.shape(), -100, DType::i64);
+  b.num_targets = -1;
+  return b;
+}
+
+// Micro-batch m of data-parallel rank r (of `ranks`) at step s: Qwen3-VL rows carry images,
+// except the first micro-batch of rank 1 (rank 0 when alone) at every even step, which is
+// text-only; at step 3 the last micro-batch of rank 0 is fully masked.
+inline model::Batch micro_batch(const Family& f, int s, int r, int m, int accumulation, int ranks) {
+  const uint64_t seed = uint64_t(s) * 1000 + uint64_t(r) * 10 + uint64_t(m);
+  const bool text_only = !f.vision || (s % 2 == 0 && m == 0 && r == (ranks > 1 ? 1 : 0));
+  model::Batch b = text_only ? text_batch(seed, f.vision) : image_batch(seed);
+  if (s == 3 && r == 0 && m == accumulation - 1) b = masked(b);
+  return b;
+}
+
+inline train::TrainConfig equivalence_config() {
+  train::TrainConfig c;
+  auto& t = c.training;
+  t.total_steps = 20;
+  t.warmup_steps = 3;
+  t.scheduler_type = optim::ScheduleType::cosine;
+  t.lr_llm = t.lr_mlp = t.lr_vit = 1e-3;
+  t.weight_decay = 0.1;
+  t.max_grad_norm = 1.0;
+  t.param_dtype = DType::f32;
+  c.model.train_vit = true;
+  return c;
+}
+
+struct RunResult {
+  std::vector<double> losses; // per step
+  std::map<std::string, std::vector<double>> params;
+  int64_t state_bytes = 0; // parameters + gradients + optimizer state on this rank
+  double moved = 0;        // ||trained - initial|| / ||initial|| over all parameters
+};
+
+inline std::shared_ptr<model::CausalLM> family_model(const Family& f, const train::TrainConfig& c) {
+  auto m = model::load_pretrained(test_data(f.snapshot), c.training.param_dtype);
+  train::apply_freezing(c, *m);
+  parallel::apply_activation_checkpointing(m->blocks(), c.training.ac_mode);
+  return m;
+}
+
+inline int64_t optimizer_bytes(optim::AdamW& opt) {
+  int64_t bytes = 0;
+  for (const auto& name : opt.param_names()) {
+    const optim::AdamWState& st = opt.state(name);
+    bytes += int64_t(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes());
+    if (st.master.defined()) bytes += int64_t(st.master.nbytes());
+  }
+  return bytes;
+}
+
+inline int64_t param_and_grad_bytes(const nn::Module& m) {
+  int64_t bytes = 0;
+  for (const auto& p : m.named_parameters()) {
+    bytes += int64_t(p.tensor.nbytes());
+    if (p.tensor.requires_grad()) bytes += p.tensor.numel() * int64_t(dtype_size(DType::f32));
+  }
+  return bytes;
+}
+
+// One process on the global batch: every data rank's micro-batches, rank by rank.
+inline RunResult run_single(const Family& f, const train::TrainConfig& c, int data_ranks,
+                            int accumulation, int steps) {
+  auto m = family_model(f, c);
+  std::map<std::string, std::vector<double>> initial;
+  for (const auto& p : m->named_parameters()) initial[p.name] = p.tensor.to_doubles();
+  train::TrainStepper stepper(c, m);
+  RunResult out;
+  for (int s = 0; s < steps; s++) {
+    std::vector<model::Batch> batches;
+    for (int r = 0; r < data_ranks; r++)
+      for (int k = 0; k < accumulation; k++)
+        batches.push_back(micro_batch(f, s, r, k, accumulation, data_ranks));
+    out.losses.push_back(stepper.step(s, batches).loss);
+  }
+  double change = 0, norm = 0;
+  for (const auto& p : m->named_parameters()) {
+    out.params[p.name] = p.tensor.to_doubles();
+    const std::vector<double>& a = out.params[p.name];
+    const std::vector<double>& b = initial.at(p.name);
+    for (size_t i = 0; i < a.size(); i++)
+      change += (a[i] - b[i]) * (a[i] - b[i]), norm += b[i] * b[i];
+  }
+  out.moved = std::sqrt(change / norm);
+  out.state_bytes = param_and_grad_bytes(*m) + optimizer_bytes(stepper.optimizer());
+  return out;
+}
+
+// The same steps on this rank's share, data-parallel over `mesh`; the parameters are gathered
+// whole at the end.
+inline RunResult run_parallel(const Family& f, const train::TrainConfig& c,
+                              parallel::DeviceMesh& mesh, const parallel::FsdpOptions& options,
+                              int accumulation, int steps) {
+  auto m = family_model(f, c);
+  parallel::Fsdp fsdp(*m, m->blocks(), mesh.dp_shard(), &mesh.dp_replicate(), options,
+                      Device::cpu());
+  train::TrainStepper stepper(c, m, {&mesh.dp(), &fsdp});
+  RunResult out;
+  for (int s = 0; s < steps; s++) {
+    std::vector<model::Batch> batches;
+    for (int k = 0; k < accumulation; k++)
+      batches.push_back(micro_batch(f, s, mesh.dp_rank(), k, accumulation, int(mesh.shape().dp())));
+    out.losses.push_back(stepper.step(s, batches).loss);
+  }
+  const parallel::FsdpMemory mem = fsdp.memory();
+  out.state_bytes = mem.param_bytes + mem.grad_bytes + optimizer_bytes(stepper.optimizer());
+  fsdp.unshard_all();
+  for (const auto& p : m->named_parameters()) out.params[p.name] = p.tensor.to_doubles();
+  fsdp.reshard_all();
+  return out;
+}
+
+} // namespace vlm::testing
