@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "src/base/check.h"
+#include "src/base/logging.h"
 
 namespace vlm::parallel {
 
@@ -33,6 +34,7 @@ MpiWorld init_world() {
   MPI_Comm_rank(node, &w.local_rank);
   MPI_Comm_size(node, &w.local_size);
   MPI_Comm_free(&node);
+  set_log_rank(w.rank, w.size); // "[rank r/W] " before every log line and error of a parallel job
   return w;
 }
 

@@ -7,6 +7,7 @@
 #include "io/demo_dataset.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
+#include "parallel/process_group.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/train/config.h"
@@ -18,6 +19,7 @@ namespace {
 
 const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set section.key=value ...]
                      [--require-loss-drop R] [--require-caption-accuracy A]
+                     [--inject-fault KIND:RANK:STEP]
   Trains by a TOML config (configs/*.toml; every key: configs/README.md). Without --config it
   trains the built-in demo (configs/demo.toml): a tiny Qwen3-VL on the synthetic shapes dataset
   of `vlmtrain data make-demo demo_data`, which is created on the first run, and prints its
@@ -25,6 +27,10 @@ const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set sectio
   --set section.key=value   override one key (repeatable), e.g. --set training.total_steps=50
   --require-loss-drop R     exit 1 unless the last logged loss <= R x the first (for tests)
   --require-caption-accuracy A  exit 1 unless the caption accuracy is >= A (in [0, 1])
+  --inject-fault KIND:RANK:STEP  fail on purpose (for tests): at step STEP on rank RANK, mid-step;
+                            KIND error (throws), crash (abort) or hang (sleeps forever)
+  Under mpirun or srun each rank trains its share ([parallel] in configs/README.md); rank 0
+  prints and writes the metrics and checkpoints.
   --keys                    print every config key with its type, default and meaning (the
                             table of configs/README.md) and exit
 )";
@@ -46,6 +52,7 @@ int cmd_train(const std::vector<std::string>& args) {
   std::string config_path;
   std::vector<std::string> overrides;
   double require_drop = 0, require_caption = -1;
+  FaultInjection fault;
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
     if (a == "--config")
@@ -64,6 +71,8 @@ int cmd_train(const std::vector<std::string>& args) {
       require_caption = std::strtod(v.c_str(), &end);
       VLM_CHECK(end && *end == '\0' && require_caption >= 0 && require_caption <= 1,
                 "--require-caption-accuracy expects a number in [0, 1], got '", v, "'");
+    } else if (a == "--inject-fault") {
+      fault = parse_fault_injection(value_of(args, i));
     } else if (a == "--keys") {
       std::printf("%s", train_config_keys_markdown().c_str());
       return 0;
@@ -78,12 +87,15 @@ int cmd_train(const std::vector<std::string>& args) {
   TrainConfig config =
       demo ? parse_train_config(builtin_demo_config_toml(), "built-in demo config", overrides)
            : load_train_config(config_path, overrides);
-  if (demo && !std::filesystem::exists(config.data.data_path)) {
+  // MPI (a single process without a launcher is a world of one); rank 0 makes the demo data.
+  auto world = parallel::world_group();
+  if (demo && world->rank() == 0 && !std::filesystem::exists(config.data.data_path)) {
     log_info("demo: creating the demo dataset in ", config.data.data_path,
              " (vlmtrain data make-demo)");
     io::make_demo_dataset(config.data.data_path);
   }
-  TrainSummary s = run_training(config);
+  world->barrier();
+  TrainSummary s = run_training(config, fault);
   if (s.stop_signal) return 128 + s.stop_signal; // the shell's code for "ended by this signal"
   if (require_drop > 0 && !(s.last_loss <= require_drop * s.first_loss)) {
     std::fprintf(stderr, "error: the loss did not fall enough: %.4f -> %.4f (required <= %.2f x)\n",

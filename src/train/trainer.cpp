@@ -18,6 +18,8 @@
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
+#include "parallel/mpi_env.h"
+#include "parallel/watchdog.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
@@ -40,7 +42,8 @@ double now_seconds() {
 // What this build cannot do yet: refuse it at start rather than train something else.
 void check_supported(const TrainConfig& c) {
   VLM_CHECK(c.parallel.tp_size == 1, "config: parallel.tp_size = ", c.parallel.tp_size,
-            ": tensor parallelism is not implemented yet (single process only)");
+            ": tensor parallelism is not implemented yet (data parallelism is: "
+            "parallel.data_parallel, dp_replicate, dp_shard)");
   VLM_CHECK(c.checkpoint.format == CheckpointFormat::safetensors,
             "config: checkpoint.format = \"hdf5\": HDF5 checkpoints are not implemented yet; use "
             "\"safetensors\"");
@@ -98,6 +101,7 @@ std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tok
     m->init_weights(rng);
   else
     model::load_hf_weights(*m, c.model.model_dir);
+  apply_freezing(c, *m); // before FSDP: frozen parameters are not sharded
   return m;
 }
 
@@ -135,46 +139,131 @@ struct Trainer::Data {
   std::unique_ptr<io::DataLoader> train;
   std::vector<int> pattern; // micro-steps per optimizer step
   bool vision = false;      // the model takes images: the loader keeps them
+  int64_t dp_rank = 0, dp_world = 1;
 
+  io::LoaderConfig config(const TrainConfig& c, const std::string& split, bool training) const {
+    io::LoaderConfig l = loader_config(c, tokenizer, c.model.tokenizer, split, training, vision);
+    l.dp_rank = dp_rank;
+    l.dp_world = dp_world;
+    return l;
+  }
   // Validation data is read from its beginning at every evaluation.
   std::unique_ptr<io::DataLoader> open_val(const TrainConfig& c) const {
-    return std::make_unique<io::DataLoader>(
-        loader_config(c, tokenizer, c.model.tokenizer, c.data.val_split, false, vision), tokenizer);
+    return std::make_unique<io::DataLoader>(config(c, c.data.val_split, false), tokenizer);
   }
 };
 
-Trainer::Trainer(const TrainConfig& c) : config_(c), device_(parse_device(c.training.device)) {
+namespace {
+
+// "cuda" is this rank's GPU among its node's (one GPU per rank); "cuda:N" is taken as written.
+Device rank_device(const std::string& text, int local_rank) {
+  Device d = parse_device(text);
+  if (text == "cuda" && d.is_cuda() && cuda_device_count() > 0)
+    d = parse_device("cuda:" + std::to_string(local_rank % cuda_device_count()));
+  return d;
+}
+
+parallel::FsdpOptions fsdp_options(const ParallelOptions& p) {
+  parallel::FsdpOptions o;
+  o.reshard_after_forward = p.reshard_after_forward;
+  o.reduce_dtype = p.reduce_dtype;
+  o.reduce_every_micro_step =
+      p.grad_reduce == GradReduce::every_micro_step ||
+      (p.grad_reduce == GradReduce::automatic && p.data_parallel == DataParallel::fsdp);
+  return o;
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+} // namespace
+
+Trainer::Trainer(const TrainConfig& c) : config_(c) {
   check_supported(c);
-  check_writable_dir(c.checkpoint.output_dir, "checkpoint.output_dir");
+  const parallel::MpiWorld& world = parallel::mpi_world();
+  parallel::set_collective_timeout(c.parallel.collective_timeout_s);
+  const parallel::MeshShape shape = parallel::resolve_mesh_shape(
+      world.size, c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp_size,
+      c.parallel.data_parallel == DataParallel::fsdp);
+  mesh_ = std::make_unique<parallel::DeviceMesh>(parallel::world_group(), shape);
+  device_ = rank_device(c.training.device, world.local_rank);
+  if (rank0()) check_writable_dir(c.checkpoint.output_dir, "checkpoint.output_dir");
   const TrainingOptions& t = c.training;
   start_seconds_ = now_seconds();
   check_device_available(device_, "config: training.device");
 
   data_ = std::make_unique<Data>(Data{io::Tokenizer::from_file(c.model.tokenizer), {}, {}});
+  data_->dp_rank = mesh_->dp_rank();
+  data_->dp_world = shape.dp();
   state_.rng = Rng(uint64_t(t.seed));
-  model_ = build_model(c, data_->tokenizer, state_.rng);
-  model_->to(device_); // initialized or loaded on the host (Module::to)
+  model_ = build_model(c, data_->tokenizer, state_.rng); // the same values on every rank
+  if (shape.dp() > 1) {
+    fsdp_ =
+        std::make_unique<parallel::Fsdp>(*model_, model_->blocks(), mesh_->dp_shard(),
+                                         &mesh_->dp_replicate(), fsdp_options(c.parallel), device_);
+  }
+  model_->to(device_); // initialized or loaded on the host (Module::to); FSDP's shards already are
   peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
-  stepper_ = std::make_unique<TrainStepper>(c, model_);
+  peak_tflops_ *= double(shape.world()); // the job's peak: MFU counts every rank's FLOPs
+  stepper_ = std::make_unique<TrainStepper>(c, model_, StepParallel{dp_group(), fsdp_.get()});
   data_->pattern = accumulation_pattern(t.tpi_multiplier);
   data_->vision = model_->has_vision();
-  data_->train =
-      std::make_unique<io::DataLoader>(loader_config(c, data_->tokenizer, c.model.tokenizer,
-                                                     c.data.train_split, true, data_->vision),
-                                       data_->tokenizer);
+  data_->train = std::make_unique<io::DataLoader>(data_->config(c, c.data.train_split, true),
+                                                  data_->tokenizer);
   if (t.eval_steps > 0) data_->open_val(c); // a missing val split fails now, not after hours
 
   state_.model = model_.get();
   state_.optimizer = &stepper_->optimizer();
   state_.schedule = &stepper_->schedule();
   state_.loader = data_->train.get();
-  metrics_ = std::make_unique<MetricsLog>(c.logging.metrics_file);
+  metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "");
 
-  log_info("train: ", c.model.model_name.empty() ? model_->summary() : c.model.model_name, ", ",
-           model_->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
-           t.total_steps, " steps on ", device_.str(), " of ", c.data.seq_len, "-token rows x ",
-           t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
+  if (rank0())
+    log_info("train: ", c.model.model_name.empty() ? model_->summary() : c.model.model_name, ", ",
+             model_->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
+             t.total_steps, " steps on ", device_.str(), " of ", c.data.seq_len, "-token rows x ",
+             t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
+  if (shape.world() > 1) log_memory();
   train_start_seconds_ = now_seconds();
+}
+
+parallel::ProcessGroup* Trainer::dp_group() const {
+  return mesh_->shape().dp() > 1 ? &mesh_->dp() : nullptr;
+}
+
+void Trainer::log_memory() const {
+  // What this rank holds against what one process would hold for the same model.
+  int64_t optim_bytes = 0, full_optim = 0;
+  for (const std::string& name : stepper_->optimizer().param_names()) {
+    const optim::AdamWState& st = stepper_->optimizer().state(name);
+    const int64_t per = int64_t(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes() +
+                                (st.master.defined() ? st.master.nbytes() : 0));
+    optim_bytes += per;
+  }
+  int64_t params = 0, grads = 0, full = 0;
+  if (fsdp_) {
+    const parallel::FsdpMemory m = fsdp_->memory();
+    params = m.param_bytes;
+    grads = m.grad_bytes;
+    // AdamW keeps 2 (f32) or 3 (bf16: + master) fp32 values per trainable element.
+    full_optim = m.shard_elements > 0 ? optim_bytes * m.trainable_elements / m.shard_elements : 0;
+    full = m.full_param_bytes + m.full_grad_bytes + full_optim;
+  }
+  const int64_t here = params + grads + optim_bytes;
+  const parallel::MeshShape& sh = mesh_->shape();
+  if (rank0())
+    log_info("parallel: ", sh.str(), " (", data_parallel_name(config_.parallel.data_parallel),
+             "); parameters ", mib(params), " + gradients ", mib(grads), " + AdamW state ",
+             mib(optim_bytes), " = ", mib(here), " per rank; one process would hold ", mib(full),
+             " (", full > 0 ? double(here) / double(full) : 0.0,
+             " of it; 1/dp_shard = ", 1.0 / double(sh.dp_shard), ")");
+}
+
+void Trainer::set_fault_injection(const FaultInjection& fault) {
+  stepper_->set_fault_injection(fault, mesh_->world().rank());
 }
 
 Trainer::~Trainer() = default;
@@ -189,20 +278,43 @@ StepRecord Trainer::train_step() {
   const int micro = data_->pattern[size_t(step) % data_->pattern.size()];
   std::vector<model::Batch> batches;
   StepRecord rec;
-  for (int m = 0; m < micro; m++) {
+  bool ended = false;
+  for (int m = 0; m < micro && !ended; m++) {
     auto mb = next_micro_batch(*data_->train, t.micro_batch_rows, *model_, device_);
-    VLM_CHECK(mb, "train step ", step + 1, ": data.train_split '", config_.data.train_split,
-              "' ended (data.epochs = ", config_.data.epochs,
-              ") before training.total_steps = ", t.total_steps);
+    if (!mb) {
+      ended = true;
+      break;
+    }
     rec.real_tokens += mb->real_tokens;
     rec.padded_tokens += mb->padded_tokens;
     rec.flops += mb->flops;
     batches.push_back(std::move(mb->batch));
   }
+  // Every rank stops together: one whose share ended first must not leave the others waiting.
+  const int64_t ranks_ended =
+      dp_group() ? dp_group()->all_reduce_value(int64_t(ended)) : int64_t(ended);
+  VLM_CHECK(ranks_ended == 0, "train step ", step + 1, ": data.train_split '",
+            config_.data.train_split, "' ended (data.epochs = ", config_.data.epochs,
+            ") before training.total_steps = ", t.total_steps,
+            dp_group() ? " on " + std::to_string(ranks_ended) + " data-parallel rank(s)" : "");
   rec.samples_read = data_->train->samples_read();
   rec.skips = data_->train->report();
   check_skip_ceiling(rec.skips, rec.samples_read, config_.data.max_skip_fraction,
                      config_.data.train_split);
+  if (!rank0() && rec.skips.total() != summary_.skipped_samples) { // rank 0 has its progress line
+    std::printf("%s%s\n", rank_prefix().c_str(), skip_summary_line(rec.skips).c_str());
+    std::fflush(stdout);
+    summary_.skipped_samples = rec.skips.total();
+  }
+  if (dp_group()) { // the step's tokens and FLOPs over every data-parallel rank
+    Tensor counts = Tensor::from_vector(
+        std::vector<double>{double(rec.real_tokens), double(rec.padded_tokens), rec.flops}, {3});
+    dp_group()->all_reduce(counts);
+    const double* v = counts.data<double>();
+    rec.real_tokens = int64_t(v[0]);
+    rec.padded_tokens = int64_t(v[1]);
+    rec.flops = v[2];
+  }
   stepper_->set_skipped_steps(state_.skipped_steps);
   rec.stats = stepper_->step(step, batches);
   state_.skipped_steps = stepper_->skipped_steps();
@@ -232,7 +344,7 @@ StepRecord Trainer::train_step() {
     if (rec.skips.total() != summary_.skipped_samples) // new skips since the last line
       line += " | " + skip_summary_line(rec.skips);
     summary_.skipped_samples = rec.skips.total();
-    if (config_.logging.progress) std::printf("%s\n", line.c_str());
+    if (config_.logging.progress && rank0()) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
     window_ = ProgressWindow();
   }
@@ -251,18 +363,25 @@ double Trainer::evaluate() {
   int64_t targets = 0, batches = 0;
   for (; t.eval_batches == 0 || batches < t.eval_batches; batches++) {
     auto mb = next_micro_batch(*val, t.micro_batch_rows, *model_, device_);
+    // As many micro-batches on every rank (FSDP gathers in each forward): the fewest any has.
+    if (dp_group() && dp_group()->all_reduce_value(int64_t(!mb)) > 0) break;
     if (!mb) break;
     auto [sum, n] = stepper_->evaluate({mb->batch});
     loss_sum += sum;
     targets += n;
   }
   VLM_CHECK(batches > 0, "eval: data.val_split '", config_.data.val_split,
-            "' gave no complete micro-batch of ", t.micro_batch_rows, " rows");
+            "' gave no complete micro-batch of ", t.micro_batch_rows, " rows",
+            dp_group() ? " on some data-parallel rank" : "");
+  if (dp_group()) {
+    loss_sum = dp_group()->all_reduce_value(loss_sum);
+    targets = dp_group()->all_reduce_value(targets);
+  }
   const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
   summary_.eval_loss = loss;
   metrics_->write_eval(state_.step, loss, targets);
   std::string skips = skip_summary_line(val->report()); // the val split's bad samples
-  if (config_.logging.progress)
+  if (config_.logging.progress && rank0())
     std::printf("eval  %lld/%lld | loss %.4f | ppl %.2f | %lld tokens%s%s\n",
                 (long long)state_.step, (long long)t.total_steps, loss, std::exp(loss),
                 (long long)targets, skips.empty() ? "" : " | ", skips.c_str());
@@ -281,9 +400,19 @@ void Trainer::caption_accuracy() {
   VLM_CHECK(model_->has_vision(),
             "config: training.caption_eval_images = ", config_.training.caption_eval_images,
             " needs a vision model");
+  // Rank 0 generates with the whole model; the others wait (the demo's eval takes seconds).
+  if (fsdp_) fsdp_->unshard_all();
+  if (!rank0()) { // the accuracy comes from rank 0 (the others hold -1)
+    summary_.caption_accuracy = mesh_->world().all_reduce_value(-1.0, parallel::ReduceOp::max);
+    if (fsdp_) fsdp_->reshard_all();
+    return;
+  }
   const CaptionAccuracy a =
       evaluate_demo_captions(*model_, data_->tokenizer, d.data_path, d.val_split, image_config(),
                              config_.training.caption_eval_images, device_);
+  if (mesh_->world().size() > 1)
+    mesh_->world().all_reduce_value(a.images > 0 ? a.accuracy() : -1.0, parallel::ReduceOp::max);
+  if (fsdp_) fsdp_->reshard_all();
   if (a.skipped > 0)
     log_info("caption accuracy: ", a.skipped, " bad samples skipped; the first: ", a.first_skip);
   VLM_CHECK(a.images > 0, "caption accuracy: data.val_split '", d.val_split,
@@ -307,10 +436,17 @@ void Trainer::save_checkpoint() {
   std::map<std::string, std::string> extra;
   if (model_->has_vision())
     extra["preprocessor_config.json"] = io::image_processor_json(image_config());
-  model::save_hf_snapshot(*model_, model_->hf_config(), summary_.final_checkpoint,
-                          config_.training.param_dtype, tokenizer_dir(config_.model.tokenizer),
-                          model::kDefaultMaxShardBytes, extra);
-  log_info("saved ", summary_.final_checkpoint);
+  // The whole model on every rank (FSDP gathers it), written by rank 0. (The sharded parallel-HDF5
+  // checkpoint, where each rank writes its own shards, is issue 14.)
+  if (fsdp_) fsdp_->unshard_all();
+  if (rank0()) {
+    model::save_hf_snapshot(*model_, model_->hf_config(), summary_.final_checkpoint,
+                            config_.training.param_dtype, tokenizer_dir(config_.model.tokenizer),
+                            model::kDefaultMaxShardBytes, extra);
+    log_info("saved ", summary_.final_checkpoint);
+  }
+  if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
+  if (fsdp_) fsdp_->reshard_all();
 }
 
 TrainSummary Trainer::run() {
@@ -319,10 +455,14 @@ TrainSummary Trainer::run() {
   StopSignals signals;
   while (!done()) {
     train_step();
-    if (const int sig = StopSignals::received(); sig != 0 && !done()) {
+    int sig = StopSignals::received();
+    if (mesh_->world().size() > 1) // every rank stops after the same step
+      sig = int(mesh_->world().all_reduce_value(int64_t(sig), parallel::ReduceOp::max));
+    if (sig != 0 && !done()) {
       summary_.stop_signal = sig;
-      std::printf("train: %s received: stopping after step %lld of %lld\n", signal_name(sig),
-                  (long long)state_.step, (long long)config_.training.total_steps);
+      if (rank0())
+        std::printf("train: %s received: stopping after step %lld of %lld\n", signal_name(sig),
+                    (long long)state_.step, (long long)config_.training.total_steps);
       std::fflush(stdout);
       if (summary_.final_checkpoint != checkpoint_dir(config_, state_.step)) save_checkpoint();
       break;
@@ -336,6 +476,7 @@ TrainSummary Trainer::run() {
   const TrainSummary& s = summary_;
   const double train_s = now_seconds() - train_start_seconds_;
   const MemoryStats mem = allocator_for(device_).stats();
+  if (!rank0()) return s;
   std::printf("train done: %lld steps in %s, loss %.4f -> %.4f", (long long)s.steps,
               format_duration(s.seconds).c_str(), s.first_loss, s.last_loss);
   if (s.eval_loss >= 0)
@@ -354,6 +495,10 @@ TrainSummary Trainer::run() {
   return s;
 }
 
-TrainSummary run_training(const TrainConfig& config) { return Trainer(config).run(); }
+TrainSummary run_training(const TrainConfig& config, const FaultInjection& fault) {
+  Trainer trainer(config);
+  trainer.set_fault_injection(fault);
+  return trainer.run();
+}
 
 } // namespace vlm::train

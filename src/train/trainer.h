@@ -1,7 +1,17 @@
 // `vlmtrain train`: any registered model family (model/model_spec.h) trained on Energon data by a
-// TOML config (src/train/config.h), single process for now (FSDP/TP arrive with the parallel
-// issues). The trainer goes (DESIGN.md §4.1): spec -> build (describe) -> parallelize (activation
-// checkpointing) -> init or load -> to(device) -> TrainStepper.
+// TOML config (src/train/config.h), as one process or as one rank of an MPI job (mpirun, srun).
+// The trainer goes (DESIGN.md §4.1): spec -> build (describe) -> freeze -> activation
+// checkpointing -> init or load (host, the same values on every rank) -> FSDP (parallel/fsdp.h:
+// shards on the device; DDP and HSDP are its dp_shard = 1 and dp_replicate > 1 cases) or
+// to(device) -> TrainStepper.
+//
+//   ranks      [parallel] gives the mesh (parallel/mesh.h); each rank trains on one GPU picked by
+//              its node-local rank ("cuda" = cuda:local_rank), reads its own share of the data
+//              (loader dp_rank / dp_world) and the step's loss and token counts are sums over
+//              the data-parallel ranks. Rank 0 prints, writes metrics and checkpoints (the other
+//              ranks print only their own skipped samples and errors, "[rank r/W]"). Evaluation
+//              runs as many micro-batches on every rank (the fewest any rank has). A stop signal
+//              on any rank stops every rank after the same step.
 //
 //   model      model.preset (a built-in config, random init) or an HF snapshot (model.model_dir),
 //              weights loaded by name or HF-initialised (training.random_init)
@@ -28,6 +38,8 @@
 
 #include "io/image_preprocess.h"
 #include "model/causal_lm.h"
+#include "parallel/fsdp.h"
+#include "parallel/mesh.h"
 #include "src/train/config.h"
 #include "src/train/metrics.h"
 #include "src/train/train_state.h"
@@ -74,15 +86,25 @@ public:
   TrainState& state() { return state_; }
   const model::CausalLM& model() const { return *model_; }
   const TrainSummary& summary() const { return summary_; }
+  const parallel::DeviceMesh& mesh() const { return *mesh_; }
+  // A failure on purpose at a given step and rank (tests; `vlmtrain train --inject-fault`).
+  void set_fault_injection(const FaultInjection& fault);
 
 private:
   struct Data;
   // The image processor of the data config (min / max pixels).
   io::ImageProcessorConfig image_config() const;
+  bool rank0() const { return mesh_->world().rank() == 0; }
+  // The data-parallel group when there is more than one data-parallel rank, else null.
+  parallel::ProcessGroup* dp_group() const;
+  // Parameters, gradients and optimizer state on this rank against one process (logged).
+  void log_memory() const;
 
   TrainConfig config_;
+  std::unique_ptr<parallel::DeviceMesh> mesh_;
   Device device_;
   std::shared_ptr<model::CausalLM> model_;
+  std::unique_ptr<parallel::Fsdp> fsdp_;
   std::unique_ptr<Data> data_;
   std::unique_ptr<TrainStepper> stepper_;
   TrainState state_;
@@ -94,7 +116,7 @@ private:
   int64_t first_step_ = 0;                             // the step this process started at
 };
 
-// Trainer(config).run().
-TrainSummary run_training(const TrainConfig& config);
+// Trainer(config).run(), with an optional injected fault.
+TrainSummary run_training(const TrainConfig& config, const FaultInjection& fault = {});
 
 } // namespace vlm::train
