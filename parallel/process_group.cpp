@@ -120,12 +120,13 @@ void divide(const Tensor& t, int ranks) {
 }
 
 // A nonblocking MPI collective: waits (watched) and then finishes it (avg divides).
+// The group (whose label it points at) outlives its works.
 class MpiWork final : public Work {
 public:
-  MpiWork(MPI_Request request, std::string what, std::vector<Tensor> keep, Tensor divide_by,
-          int ranks)
-      : request_(request), what_(std::move(what)), keep_(std::move(keep)),
-        divide_(std::move(divide_by)), ranks_(ranks) {}
+  MpiWork(MPI_Request request, const char* op, const Tensor& t, const std::string& group,
+          std::vector<Tensor> keep, Tensor divide_by, int ranks)
+      : request_(request), op_(op), numel_(t.numel()), dtype_(t.dtype()), group_(group),
+        keep_(std::move(keep)), divide_(std::move(divide_by)), ranks_(ranks) {}
   ~MpiWork() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -134,7 +135,7 @@ public:
   void wait() override {
     if (request_ == MPI_REQUEST_NULL && keep_.empty()) return;
     {
-      BlockedWait watch(what_);
+      BlockedWait watch(op_, numel_, dtype_, group_);
       MPI_Wait(&request_, MPI_STATUS_IGNORE);
     }
     if (divide_.defined()) divide(divide_, ranks_);
@@ -144,7 +145,10 @@ public:
 
 private:
   MPI_Request request_;
-  std::string what_;
+  const char* op_;
+  int64_t numel_;
+  DType dtype_;
+  const std::string& group_;
   std::vector<Tensor> keep_;
   Tensor divide_;
   int ranks_;
@@ -184,6 +188,7 @@ public:
   MpiProcessGroup(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    label_ = detail::str_cat("process group '", name_, "' (", size_, " ranks)");
   }
   ~MpiProcessGroup() override {
     int finalized = 0;
@@ -196,9 +201,7 @@ public:
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string name() const override {
-    return detail::str_cat("process group '", name_, "' (", size_, " ranks)");
-  }
+  std::string name() const override { return label_; }
 
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_tensor(t, "all_reduce", "the tensor");
@@ -211,7 +214,7 @@ public:
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"),
                    mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm_, &req);
-    return std::make_unique<MpiWork>(req, describe_op("all_reduce", t), std::vector<Tensor>{t},
+    return std::make_unique<MpiWork>(req, "all_reduce", t, label_, std::vector<Tensor>{t},
                                      op == ReduceOp::avg ? t : Tensor(), size_);
   }
 
@@ -220,7 +223,7 @@ public:
     check_tensor(t, "all_reduce", "the tensor");
     check_reducible(t, op, "all_reduce");
     {
-      BlockedWait watch(describe_op("all_reduce", t));
+      BlockedWait watch("all_reduce", t.numel(), t.dtype(), label_);
       MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"),
                     mpi_type(t.dtype()), mpi_op(op, t.dtype()), comm_);
     }
@@ -238,8 +241,8 @@ public:
     const int count = count_of(in.numel(), "all_gather");
     const MPI_Datatype type = mpi_type(in.dtype());
     MPI_Iallgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm_, &req);
-    return std::make_unique<MpiWork>(req, describe_op("all_gather", out),
-                                     std::vector<Tensor>{out, in}, Tensor(), size_);
+    return std::make_unique<MpiWork>(req, "all_gather", out, label_, std::vector<Tensor>{out, in},
+                                     Tensor(), size_);
   }
 
   void all_gather(const Tensor& out, const Tensor& in) override {
@@ -247,7 +250,7 @@ public:
     check_gather(out, in);
     const int count = count_of(in.numel(), "all_gather");
     const MPI_Datatype type = mpi_type(in.dtype());
-    BlockedWait watch(describe_op("all_gather", out));
+    BlockedWait watch("all_gather", out.numel(), out.dtype(), label_);
     MPI_Allgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm_);
   }
 
@@ -263,7 +266,7 @@ public:
     MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(),
                               count_of(out.numel(), "reduce_scatter"), mpi_type(in.dtype()),
                               mpi_op(op, in.dtype()), comm_, &req);
-    return std::make_unique<MpiWork>(req, describe_op("reduce_scatter", in),
+    return std::make_unique<MpiWork>(req, "reduce_scatter", in, label_,
                                      std::vector<Tensor>{out, in},
                                      op == ReduceOp::avg ? out : Tensor(), size_);
   }
@@ -272,7 +275,7 @@ public:
     if (in.device().is_cuda()) return reduce_scatter_async(out, in, op)->wait();
     check_scatter(out, in, op);
     {
-      BlockedWait watch(describe_op("reduce_scatter", in));
+      BlockedWait watch("reduce_scatter", in.numel(), in.dtype(), label_);
       MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(),
                                count_of(out.numel(), "reduce_scatter"), mpi_type(in.dtype()),
                                mpi_op(op, in.dtype()), comm_);
@@ -291,12 +294,12 @@ public:
       })->wait();
       return;
     }
-    BlockedWait watch(describe_op("broadcast", t));
+    BlockedWait watch("broadcast", t.numel(), t.dtype(), label_);
     MPI_Bcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t.dtype()), root, comm_);
   }
 
   void barrier() override {
-    BlockedWait watch("barrier on " + name());
+    BlockedWait watch("barrier", 0, DType::u8, label_);
     MPI_Barrier(comm_);
   }
 
@@ -304,17 +307,13 @@ public:
     VLM_CHECK(color >= 0, "ProcessGroup split: color ", color, " must be >= 0");
     MPI_Comm sub;
     {
-      BlockedWait watch("split of " + this->name());
+      BlockedWait watch("split", 0, DType::u8, label_);
       MPI_Comm_split(comm_, color, key, &sub);
     }
     return std::make_unique<MpiProcessGroup>(sub, name.empty() ? name_ + "/split" : name);
   }
 
 private:
-  std::string describe_op(const char* what, const Tensor& t) const {
-    return detail::str_cat(what, " of ", t.desc(), " on ", name());
-  }
-
   void check_gather(const Tensor& out, const Tensor& in) const {
     check_tensor(in, "all_gather", "in");
     check_tensor(out, "all_gather", "out");
@@ -349,7 +348,7 @@ private:
     char id[kernels::cuda::kNcclUniqueIdBytes] = {};
     if (rank_ == 0) kernels::cuda::nccl_unique_id(id);
     {
-      BlockedWait watch("NCCL bootstrap of " + name());
+      BlockedWait watch("NCCL bootstrap (unique id broadcast)", 0, DType::u8, label_);
       MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, comm_);
     }
     DeviceGuard guard(device);
@@ -378,7 +377,7 @@ private:
   }
 
   MPI_Comm comm_;
-  std::string name_;
+  std::string name_, label_;
   int rank_ = 0, size_ = 1;
   void* nccl_comm_ = nullptr;
   Device nccl_device_;

@@ -9,8 +9,11 @@
 // MPI_Abort, which ends every rank at once (parallel/mpi_env.h, abort_job).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+
+#include "src/base/dtype.h"
 
 namespace vlm::parallel {
 
@@ -19,16 +22,19 @@ namespace vlm::parallel {
 void set_collective_timeout(double seconds);
 double collective_timeout();
 
-// While alive, the calling thread is blocked in `what` (a collective): watched.
+// While alive, the calling thread is blocked in collective `op` on `numel` elements of `dtype`
+// in the group named `group` (which must outlive it): watched. Cheap (no allocation, no lock): the
+// message is only formatted when the timeout passes. One blocked wait at a time is watched (MPI
+// is called from the main thread only); a nested one is not.
 class BlockedWait {
 public:
-  explicit BlockedWait(std::string what);
+  BlockedWait(const char* op, int64_t numel, DType dtype, const std::string& group);
   ~BlockedWait();
   BlockedWait(const BlockedWait&) = delete;
   BlockedWait& operator=(const BlockedWait&) = delete;
 
 private:
-  long id_;
+  bool owner_ = false;
 };
 
 // Work in flight that the host does not block on (a CUDA collective on its stream): the thread
