@@ -10,8 +10,8 @@
 //   step     the real step: forward, backward, gradient reduction, clipping, AdamW, over the
 //            world as --layout says (hsdp: 2 replicas);
 //   compute  the same step with every collective replaced by a local copy into the same buffers
-//            (a stand-in process group of the same size and rank: the same packing, copies and
-//            kernels, no communication; its numbers are wrong and thrown away);
+//            (parallel/local_group.h, of the same size and rank: the same packing, copies and
+//            kernels, no communication; its numbers are not a real job's and are thrown away);
 //   comm     the step's collectives alone: recorded from a real step (kind, group, size, in
 //            order) and replayed back to back on the same groups;
 // exposed communication = step - compute (what the step waits for), overlap = 1 - exposed / comm
@@ -32,6 +32,7 @@
 
 #include "model/model_spec.h"
 #include "parallel/fsdp.h"
+#include "parallel/local_group.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_env.h"
 #include "src/base/check.h"
@@ -154,50 +155,6 @@ private:
   std::vector<Recorded>& log_;
 };
 
-class DoneWork final : public Work {
-public:
-  void wait() override {}
-};
-
-// The same size and rank, no communication: every collective is a local copy of the same bytes.
-class LocalGroup final : public ProcessGroup {
-public:
-  LocalGroup(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string name() const override { return "local stand-in"; }
-  std::unique_ptr<Work> all_reduce_async(const Tensor&, ReduceOp) override {
-    return std::make_unique<DoneWork>();
-  }
-  std::unique_ptr<Work> all_gather_async(const Tensor& out, const Tensor& in) override {
-    Tensor o = out;
-    for (int r = 0; r < size_; r++) {
-      Tensor block = slice(o, 0, r * in.size(0), (r + 1) * in.size(0));
-      copy_(block, in);
-    }
-    return std::make_unique<DoneWork>();
-  }
-  std::unique_ptr<Work> reduce_scatter_async(const Tensor& out, const Tensor& in,
-                                             ReduceOp) override {
-    Tensor o = out;
-    copy_(o, slice(in, 0, rank_ * out.size(0), (rank_ + 1) * out.size(0)));
-    return std::make_unique<DoneWork>();
-  }
-  void all_reduce(const Tensor& t, ReduceOp op) override { all_reduce_async(t, op); }
-  void all_gather(const Tensor& out, const Tensor& in) override { all_gather_async(out, in); }
-  void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
-    reduce_scatter_async(out, in, op);
-  }
-  void broadcast(const Tensor&, int) override {}
-  void barrier() override {}
-  std::unique_ptr<ProcessGroup> split(int, int, const std::string&) const override {
-    VLM_FAIL("LocalGroup::split");
-  }
-
-private:
-  int rank_, size_;
-};
-
 // The seq-token row of this rank: 4 documents of random ids.
 model::Batch make_batch(const Options& o, int rank) {
   Rng rng(uint64_t(rank) + 1);
@@ -298,8 +255,8 @@ int main(int argc, char** argv) {
       one_step.assign(log.end() - long(per_step), log.end());
     }
     // 2. compute alone: stand-in groups of the same shape (loss and counts still go over dp)
-    LocalGroup local_shard(mesh.dp_shard().rank(), mesh.dp_shard().size());
-    LocalGroup local_rep(mesh.dp_replicate().rank(), mesh.dp_replicate().size());
+    parallel::LocalProcessGroup local_shard(mesh.dp_shard().rank(), mesh.dp_shard().size());
+    parallel::LocalProcessGroup local_rep(mesh.dp_replicate().rank(), mesh.dp_replicate().size());
     const double compute = median(run(local_shard, &local_rep, mesh.dp()));
     // 3. the recorded collectives alone, back to back
     std::vector<std::pair<Tensor, Tensor>> buffers;
