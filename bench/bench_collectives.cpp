@@ -10,7 +10,7 @@
 //   cuda  ours (NCCL on the group's communication stream, ordered by events) against the raw
 //         NCCL calls on a communicator and stream of the bench's own, each side synchronized
 //         after every call; one GPU per rank (cuda:local_rank).
-#include <mpi.h>
+#include "parallel/mpi.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 #include "parallel/mpi_env.h"
 
-#include <mpi.h>
+#include "parallel/mpi.h"
 
 #include <cstdlib>
 

@@ -1,7 +1,8 @@
 // MPI for the whole process. The first call initializes it (MPI_Init_thread with
 // MPI_THREAD_FUNNELED: only the main thread communicates) unless the program already did, under
 // mpirun, srun or as a single process with no launcher, and registers MPI_Finalize at exit.
-// Only standard MPI calls: OpenMPI here, ParaStation MPI and Intel MPI on the clusters.
+// Only standard MPI calls: OpenMPI here, ParaStation MPI and Intel MPI on the clusters (and, in a
+// build without MPI, the one-rank stand-in of parallel/mpi.h).
 #pragma once
 
 namespace vlm::parallel {

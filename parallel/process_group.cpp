@@ -1,6 +1,6 @@
 #include "parallel/process_group.h"
 
-#include <mpi.h>
+#include "parallel/mpi.h"
 
 #include <climits>
 

@@ -3,8 +3,9 @@
 # command of the device tool (build -j16 for sm_90 only, then the part's runs):
 #   1. prints nvidia-smi; without a visible GPU it stops after step 3's configure (FAIL) unless
 #      --allow-no-gpu;
-#   2. checks the prerequisites (cmake >= 3.25, nvcc, a C++ compiler, OpenBLAS, Catch2; MPI and
-#      HDF5 reported only) and names what is missing; Debian packages carried in .gpu-deps/
+#   2. checks the prerequisites (cmake >= 3.25, nvcc, a C++ compiler, OpenBLAS, Catch2; MPI —
+#      optional: without it the build runs one rank through parallel/mpi.h — and HDF5 reported
+#      only) and names what is missing; Debian packages carried in .gpu-deps/
 #      (`tools/gpu_deps.sh download` where apt works) are unpacked into BUILD_DIR/deps first;
 #   3. configures BUILD_DIR (-DVLM_CUDA=ON, CMAKE_CUDA_ARCHITECTURES from the GPU, default 90;
 #      cuDNN and NCCL are used when found, else reported: nothing needs them yet) and builds only

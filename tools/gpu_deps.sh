@@ -12,8 +12,9 @@
 #                                           LD_LIBRARY_PATH gets only OpenBLAS's libgfortran
 #                                           and libquadmath (appended). No LIBRARY_PATH: CMake
 #                                           would drop those folders from the binaries' RUNPATH.
-# tools/gpu_check.sh runs `install` itself when .gpu-deps/ holds .deb files. MPI and HDF5 are not
-# needed by the CUDA build yet and are left out.
+# tools/gpu_check.sh runs `install` itself when .gpu-deps/ holds .deb files. MPI and HDF5 are left
+# out: without MPI the build uses parallel/mpi.h's one-rank stand-in (every GPU test runs on one
+# rank), and HDF5 is not used yet.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 

@@ -3,7 +3,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include <mpi.h>
+#include "parallel/mpi.h"
 
 #include "parallel/mpi_env.h"
 
