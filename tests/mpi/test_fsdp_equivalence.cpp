@@ -198,7 +198,9 @@ TEST_CASE("fsdp equivalence: the reduced gradients of a step equal one process's
   }
 }
 
-TEST_CASE("fsdp equivalence: every family and layout equals one process on the global batch") {
+// [heavy]: left out of the sanitizer pass of CI (tests/CMakeLists.txt), which runs the rest.
+TEST_CASE("fsdp equivalence: every family and layout equals one process on the global batch",
+          "[heavy]") {
   const int world = parallel::world_group()->size();
   for (const Family& f : all_families()) {
     for (int accumulation : {1, 2}) {
@@ -218,7 +220,8 @@ TEST_CASE("fsdp equivalence: every family and layout equals one process on the g
   }
 }
 
-TEST_CASE("fsdp equivalence: in f64 every layout trains as one process up to rounding") {
+TEST_CASE("fsdp equivalence: in f64 every layout trains as one process up to rounding",
+          "[heavy]") {
   const int world = parallel::world_group()->size();
   for (const Family& f : all_families()) {
     if (std::string(f.name).find("tied)") != std::string::npos &&
