@@ -220,8 +220,9 @@ TEST_CASE("fsdp equivalence: every family and layout equals one process on the g
   }
 }
 
+// [f64]: run on 2 ranks only (tests/CMakeLists.txt): f64 kernels are slow on CPU.
 TEST_CASE("fsdp equivalence: in f64 every layout trains as one process up to rounding",
-          "[heavy]") {
+          "[heavy][f64]") {
   const int world = parallel::world_group()->size();
   for (const Family& f : all_families()) {
     if (std::string(f.name).find("tied)") != std::string::npos &&
