@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libyaml-cpp-dev libpcre2-dev
   libjpeg62-turbo-dev libpng-dev
   clang-format-14 python3
+  python3-h5py # tests/mpi/test_hdf5_state.cpp: h5py reads our checkpoints
   clang-14 libclang-rt-14-dev # libFuzzer targets (tools/fuzz/): clang++ and libclang_rt.fuzzer
 )
 
