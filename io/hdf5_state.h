@@ -48,7 +48,7 @@ public:
   // [row_begin, row_begin + rows.size(0)) of dim 0 (zero rows: a rank with nothing to write, or a
   // replica whose copy another rank writes). Every row must be written by exactly one rank.
   void write_rows(const std::string& key, const Shape& global_shape, DType dtype, int64_t row_begin,
-                  const Tensor& rows);
+                  const Tensor& rows) override;
   void write_json(const std::string& key, const nlohmann::json& value) override;
   // Flushes and closes the file; an error (disk full, ...) is thrown on the rank that saw it.
   void close();
@@ -77,11 +77,11 @@ public:
   nlohmann::json read_json(const std::string& key) const override;
 
   // The global shape and dtype of the tensor under `key`.
-  Shape shape(const std::string& key) const;
+  Shape shape(const std::string& key) const override;
   DType dtype(const std::string& key) const;
   // Rows [row_begin, row_begin + dst.size(0)) of the tensor under `key` (the other dims and the
   // dtype must match): the resharding read.
-  void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const;
+  void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const override;
 
 private:
   int64_t open_dataset(const std::string& key) const;

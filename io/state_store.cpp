@@ -28,6 +28,12 @@ bool MemoryState::has(const std::string& key) const {
   return tensors_.count(key) || json_.count(key);
 }
 
+Shape MemoryState::shape(const std::string& key) const {
+  auto it = tensors_.find(key);
+  VLM_CHECK(it != tensors_.end(), "state: no tensor '", key, "'");
+  return it->second.shape();
+}
+
 void MemoryState::read_tensor_into(const std::string& key, Tensor& dst) const {
   auto it = tensors_.find(key);
   VLM_CHECK(it != tensors_.end(), "state: no tensor '", key, "'");
@@ -37,6 +43,31 @@ void MemoryState::read_tensor_into(const std::string& key, Tensor& dst) const {
             dst.defined() ? dst.desc() : std::string("undefined"));
   NoGradGuard no_grad;
   copy_(dst, src.to(dst.device()));
+}
+
+void MemoryState::write_rows(const std::string& key, const Shape& global_shape, DType dtype,
+                             int64_t row_begin, const Tensor& rows) {
+  VLM_CHECK(rows.defined() && row_begin == 0 && rows.shape() == global_shape &&
+                rows.dtype() == dtype,
+            "state: '", key, "': an in-memory state holds whole tensors (", dtype_name(dtype),
+            shape_str(global_shape), "), not rows from ", row_begin, " as ",
+            rows.defined() ? rows.desc() : std::string("none"));
+  write_tensor(key, rows);
+}
+
+void MemoryState::read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const {
+  auto it = tensors_.find(key);
+  VLM_CHECK(it != tensors_.end(), "state: no tensor '", key, "'");
+  const Tensor& src = it->second;
+  VLM_CHECK(dst.defined() && src.dim() > 0 && dst.dim() == src.dim() && row_begin >= 0 &&
+                row_begin + dst.size(0) <= src.size(0) && src.dtype() == dst.dtype(),
+            "state: '", key, "' holds ", src.desc(), "; rows from ", row_begin, " do not fit ",
+            dst.defined() ? dst.desc() : std::string("undefined"));
+  Tensor rows = slice(src, 0, row_begin, row_begin + dst.size(0));
+  VLM_CHECK(rows.shape() == dst.shape(), "state: '", key, "' holds ", src.desc(),
+            " but the destination is ", dst.desc());
+  NoGradGuard no_grad;
+  copy_(dst, rows.to(dst.device()));
 }
 
 nlohmann::json MemoryState::read_json(const std::string& key) const {

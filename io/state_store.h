@@ -21,17 +21,27 @@ public:
   // A copy of `value` (any device, contiguous or not) under `key`; a key is written once.
   virtual void write_tensor(const std::string& key, const Tensor& value) = 0;
   virtual void write_json(const std::string& key, const nlohmann::json& value) = 0;
+  // Rows [row_begin, row_begin + rows.size(0)) of a tensor of `global_shape` and `dtype` (an FSDP
+  // shard); `rows` undefined or empty: this rank writes none of it. A store of one process takes
+  // only the whole tensor.
+  virtual void write_rows(const std::string& key, const Shape& global_shape, DType dtype,
+                          int64_t row_begin, const Tensor& rows) = 0;
 };
 
 class StateReader {
 public:
   virtual ~StateReader() = default;
   virtual bool has(const std::string& key) const = 0;
+  // The shape of the tensor under `key`; a missing key is an error naming it.
+  virtual Shape shape(const std::string& key) const = 0;
   // Copies the tensor under `key` into `dst` (same shape and dtype, any device); a missing key or
   // a shape/dtype mismatch is an error naming the key and both shapes.
   virtual void read_tensor_into(const std::string& key, Tensor& dst) const = 0;
   // A missing key is an error naming it.
   virtual nlohmann::json read_json(const std::string& key) const = 0;
+  // Rows [row_begin, row_begin + dst.size(0)) of the tensor under `key` (the other dims and the
+  // dtype must match): a shard of another layout than the one that wrote it.
+  virtual void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const = 0;
 };
 
 // Both sides in memory: tensors are copied to the CPU on write.
@@ -40,8 +50,12 @@ public:
   void write_tensor(const std::string& key, const Tensor& value) override;
   void write_json(const std::string& key, const nlohmann::json& value) override;
   bool has(const std::string& key) const override;
+  Shape shape(const std::string& key) const override;
   void read_tensor_into(const std::string& key, Tensor& dst) const override;
   nlohmann::json read_json(const std::string& key) const override;
+  void write_rows(const std::string& key, const Shape& global_shape, DType dtype, int64_t row_begin,
+                  const Tensor& rows) override;
+  void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const override;
   // Every key, sorted (tensors and JSON documents together).
   std::vector<std::string> keys() const;
 

@@ -521,6 +521,18 @@ void Fsdp::reshard_all() {
 
 ProcessGroup& Fsdp::shard_group() const { return impl_->shard; }
 
+std::map<std::string, ShardRows> Fsdp::shard_rows() const {
+  const Impl& m = *impl_;
+  std::map<std::string, ShardRows> out;
+  for (const auto& u : m.units)
+    for (const ShardedParam& p : u->params) {
+      const int64_t lo = std::min(p.rows, int64_t(m.rank) * p.shard_rows);
+      out[p.name] = {p.full_shape, lo, std::min(p.rows, lo + p.shard_rows) - lo,
+                     !m.replicate || m.replicate->rank() == 0};
+    }
+  return out;
+}
+
 FsdpMemory Fsdp::memory() const {
   const Impl& m = *impl_;
   FsdpMemory r;

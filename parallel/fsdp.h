@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,16 @@ struct FsdpMemory {
   int64_t trainable_elements = 0, shard_elements = 0; // whole and on this rank (padding included)
 };
 
+// Where a rank's shard of a trainable parameter sits in the whole tensor (checkpoints hold whole
+// tensors): rows [row_begin, row_begin + rows) of dim 0 are the first `rows` rows of the shard
+// leaf (the rest is padding). `writes`: this rank saves them (false on HSDP/DDP replicas other
+// than the first, which hold the same rows).
+struct ShardRows {
+  Shape full_shape;
+  int64_t row_begin = 0, rows = 0;
+  bool writes = true;
+};
+
 class Fsdp {
 public:
   // Shards the trainable parameters of `root` (materialized, the same values on every rank, on
@@ -90,6 +101,8 @@ public:
   void reshard_all();
 
   ProcessGroup& shard_group() const;
+  // Every trainable (sharded) parameter by HF name; frozen parameters are whole and not listed.
+  std::map<std::string, ShardRows> shard_rows() const;
   FsdpMemory memory() const;
   // "root (5 parameters, 1.2 MiB)", "model.layers.0 (11 parameters, ...)", in order.
   std::vector<std::string> describe_units() const;

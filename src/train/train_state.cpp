@@ -4,14 +4,15 @@
 
 #include "src/base/check.h"
 #include "src/core/autograd.h"
+#include "src/core/ops/shape_ops.h"
 
 namespace vlm::train {
 
 namespace {
 
 void check_complete(const TrainState& s) {
-  VLM_CHECK(s.model && s.optimizer && s.schedule && s.loader,
-            "TrainState: model, optimizer, schedule and loader must all be set");
+  VLM_CHECK(s.model && s.optimizer && s.schedule,
+            "TrainState: model, optimizer and schedule must all be set");
 }
 
 nlohmann::json schedule_json(const optim::LrSchedule& schedule) {
@@ -29,17 +30,48 @@ std::string optim_key(const std::string& name, const char* what) {
   return "optim/" + name + "/" + what;
 }
 
+// Writes `value` (the tensor of parameter `name`, or one of its AdamW tensors) under `key`: whole,
+// or this rank's rows of the whole tensor when the parameter is sharded.
+void save_tensor(const TrainState& s, io::StateWriter& out, const std::string& key,
+                 const std::string& name, const Tensor& value) {
+  auto it = s.sharded.find(name);
+  if (it == s.sharded.end()) return out.write_tensor(key, value);
+  const parallel::ShardRows& rows = it->second;
+  VLM_CHECK(!rows.full_shape.empty(), "TrainState: the 0-dim parameter '", name,
+            "' is sharded; checkpoints shard dim 0");
+  NoGradGuard no_grad;
+  const bool any = rows.writes && rows.rows > 0;
+  out.write_rows(key, rows.full_shape, value.dtype(), rows.row_begin,
+                 any ? slice(value.detach(), 0, 0, rows.rows) : Tensor());
+}
+
+// Reads `key` into `value`: whole, or this rank's rows of the stored whole tensor.
+void load_tensor(const TrainState& s, const io::StateReader& in, const std::string& key,
+                 const std::string& name, Tensor value) {
+  auto it = s.sharded.find(name);
+  if (it == s.sharded.end()) return in.read_tensor_into(key, value);
+  const parallel::ShardRows& rows = it->second;
+  const Shape stored = in.shape(key);
+  VLM_CHECK(stored == rows.full_shape, "TrainState: '", key, "' holds shape ", shape_str(stored),
+            " but this model's '", name, "' is ", shape_str(rows.full_shape));
+  if (rows.rows == 0) return;
+  NoGradGuard no_grad;
+  Tensor mine = slice(value.detach(), 0, 0, rows.rows); // a view: read in place
+  in.read_rows_into(key, rows.row_begin, mine);
+}
+
 } // namespace
 
 void TrainState::save(io::StateWriter& out) const {
   check_complete(*this);
-  for (const auto& p : model->named_parameters()) out.write_tensor("model/" + p.name, p.tensor);
+  for (const auto& p : model->named_parameters())
+    save_tensor(*this, out, "model/" + p.name, p.name, p.tensor);
   nlohmann::json optim_steps = nlohmann::json::object();
   for (const std::string& name : optimizer->param_names()) {
     const optim::AdamWState& st = optimizer->state(name);
-    out.write_tensor(optim_key(name, "exp_avg"), st.exp_avg);
-    out.write_tensor(optim_key(name, "exp_avg_sq"), st.exp_avg_sq);
-    if (st.master.defined()) out.write_tensor(optim_key(name, "master"), st.master);
+    save_tensor(*this, out, optim_key(name, "exp_avg"), name, st.exp_avg);
+    save_tensor(*this, out, optim_key(name, "exp_avg_sq"), name, st.exp_avg_sq);
+    if (st.master.defined()) save_tensor(*this, out, optim_key(name, "master"), name, st.master);
     optim_steps[name] = st.step;
   }
   const auto r = rng.state();
@@ -50,7 +82,7 @@ void TrainState::save(io::StateWriter& out) const {
                            {"rng", std::vector<uint64_t>(r.begin(), r.end())},
                            {"optimizer_steps", optim_steps},
                            {"schedule", schedule_json(*schedule)},
-                           {"loader", loader->state().to_json()}});
+                           {"loader", loader ? loader->state().to_json() : nlohmann::json()}});
 }
 
 void TrainState::load(const io::StateReader& in) {
@@ -60,18 +92,20 @@ void TrainState::load(const io::StateReader& in) {
             "TrainState: the state was saved with the LR schedule ", s.at("schedule").dump(),
             " but this run has ", schedule_json(*schedule).dump());
   // The loader first: it refuses a state of another data configuration before changing anything.
-  loader->restore(io::LoaderState::from_json(s.at("loader")));
-  NoGradGuard no_grad;
-  for (const auto& p : model->named_parameters()) {
-    Tensor t = p.tensor;
-    in.read_tensor_into("model/" + p.name, t);
+  if (loader) {
+    VLM_CHECK(!s.at("loader").is_null(),
+              "TrainState: the state has no data position (saved without a loader)");
+    loader->restore(io::LoaderState::from_json(s.at("loader")));
   }
+  NoGradGuard no_grad;
+  for (const auto& p : model->named_parameters())
+    load_tensor(*this, in, "model/" + p.name, p.name, p.tensor);
   const nlohmann::json& optim_steps = s.at("optimizer_steps");
   for (const std::string& name : optimizer->param_names()) {
     optim::AdamWState& st = optimizer->state(name);
-    in.read_tensor_into(optim_key(name, "exp_avg"), st.exp_avg);
-    in.read_tensor_into(optim_key(name, "exp_avg_sq"), st.exp_avg_sq);
-    if (st.master.defined()) in.read_tensor_into(optim_key(name, "master"), st.master);
+    load_tensor(*this, in, optim_key(name, "exp_avg"), name, st.exp_avg);
+    load_tensor(*this, in, optim_key(name, "exp_avg_sq"), name, st.exp_avg_sq);
+    if (st.master.defined()) load_tensor(*this, in, optim_key(name, "master"), name, st.master);
     VLM_CHECK(optim_steps.contains(name), "TrainState: no optimizer step count for '", name, "'");
     st.step = optim_steps.at(name).get<int64_t>();
   }

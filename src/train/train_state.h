@@ -11,10 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "io/loader.h"
 #include "io/state_store.h"
 #include "model/causal_lm.h"
+#include "parallel/fsdp.h"
 #include "src/base/rng.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
@@ -28,11 +31,17 @@ struct TrainState {
   int64_t skipped_steps = 0; // updates skipped for non-finite values (nan_policy = skip)
   Rng rng;                   // the run's random stream (weight init; later sampling)
 
-  // Owned by the trainer; saved and loaded in place.
+  // Owned by the trainer; saved and loaded in place. The loader may be null (callers that feed
+  // batches themselves): then no data position is saved, and none is restored.
   model::CausalLM* model = nullptr;
   optim::AdamW* optimizer = nullptr;
   const optim::LrSchedule* schedule = nullptr;
   io::DataLoader* loader = nullptr;
+  // The parameters this rank holds as FSDP shards (Fsdp::shard_rows()), with their AdamW state;
+  // every other parameter is whole. The state holds whole tensors either way (each rank writes
+  // and reads its own rows), so a state saved with one layout loads into any other. Saving and
+  // loading are then collective: every rank calls them.
+  std::map<std::string, parallel::ShardRows> sharded;
 
   void save(io::StateWriter& out) const;
   // Overwrites the parameters, optimizer state and loader position of the objects above. A state

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,13 +14,14 @@
 #include "parallel/mpi.h"
 #include "src/core/tensor.h"
 #include "tests/error_of.h"
-#include "tests/temp_dir.h"
+#include "tests/mpi/shared_temp_dir.h"
 
 #if VLM_WITH_HDF5
 
 using namespace vlm;
 using Catch::Matchers::Contains;
 using vlm::testing::error_of;
+using vlm::testing::SharedTempDir;
 
 namespace {
 
@@ -35,24 +35,6 @@ int world_size() {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
 }
-
-// A directory every rank sees: rank 0 makes it, the others get its path; removed after a barrier.
-struct SharedTempDir {
-  std::unique_ptr<vlm::testing::TempDir> owned;
-  std::string dir;
-  SharedTempDir() {
-    std::vector<char> buf(4096, '\0');
-    if (world_rank() == 0) {
-      owned = std::make_unique<vlm::testing::TempDir>("h5");
-      const std::string p = owned->dir.string();
-      std::copy(p.begin(), p.end(), buf.begin());
-    }
-    MPI_Bcast(buf.data(), int(buf.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
-    dir = buf.data();
-  }
-  ~SharedTempDir() { MPI_Barrier(MPI_COMM_WORLD); }
-  std::string file(const std::string& name) const { return dir + "/" + name; }
-};
 
 // Exactly representable in bf16, distinct per element and per tensor.
 Tensor pattern(const Shape& shape, DType dtype, double seed) {

@@ -128,3 +128,21 @@ TEST_CASE("train state: a state from another run is refused, naming what differs
   train::Trainer reseeded(demo_config(data, tmp.file("d"), "training.seed=5"));
   CHECK_THAT(error_of([&] { reseeded.state().load(saved); }), Contains("seed"));
 }
+
+TEST_CASE("memory state: whole tensors as rows, rows read back, partial writes refused") {
+  io::MemoryState st;
+  const Tensor w = Tensor::from_doubles({1, 2, 3, 4, 5, 6}, {3, 2});
+  st.write_rows("model/w", {3, 2}, DType::f32, 0, w);
+  CHECK(st.shape("model/w") == Shape{3, 2});
+  Tensor rows = Tensor::zeros({2, 2});
+  st.read_rows_into("model/w", 1, rows);
+  CHECK(rows.to_doubles() == std::vector<double>{3, 4, 5, 6});
+  Tensor too_many = Tensor::zeros({2, 2});
+  CHECK_THAT(error_of([&] { st.read_rows_into("model/w", 2, too_many); }),
+             Contains("'model/w'") && Contains("rows from 2"));
+  CHECK_THAT(error_of([&] {
+               st.write_rows("model/v", {4, 2}, DType::f32, 1, w);
+             }),
+             Contains("'model/v'") && Contains("whole tensors"));
+  CHECK_THAT(error_of([&] { st.shape("model/absent"); }), Contains("model/absent"));
+}
