@@ -4,6 +4,7 @@
 
 #include <hdf5.h>
 
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -272,11 +273,13 @@ void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& v
 
 Hdf5StateReader::Hdf5StateReader(const std::string& path, MPI_Comm comm) : path_(path) {
   silence_hdf5();
+  VLM_CHECK(std::filesystem::is_regular_file(path), "checkpoint: cannot open '", path,
+            "': no such file");
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   VLM_H5_CHECK(file_ >= 0, "checkpoint: cannot open '", path,
-               "' as an HDF5 file (missing, truncated or not a checkpoint)");
+               "' as an HDF5 file (truncated, or not a checkpoint)");
   int version = -1;
   if (H5Aexists(file_, kVersionAttr) > 0) {
     H5Handle attr(H5Aopen(file_, kVersionAttr, H5P_DEFAULT), H5Aclose);
@@ -311,14 +314,22 @@ int64_t Hdf5StateReader::open_dataset(const std::string& key) const {
   return ds;
 }
 
-Shape Hdf5StateReader::shape(const std::string& key) const {
-  H5Handle ds(open_dataset(key), H5Dclose);
-  H5Handle space(H5Dget_space(ds.get()), H5Sclose);
+namespace {
+
+Shape shape_of(hid_t dataset, const std::string& what) {
+  H5Handle space(H5Dget_space(dataset), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  VLM_H5_CHECK(rank >= 0, "checkpoint: cannot read the shape of '", key, "' in '", path_, "'");
+  VLM_H5_CHECK(rank >= 0, "cannot read the shape of ", what);
   std::vector<hsize_t> dims(size_t(rank), 0);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   return Shape(dims.begin(), dims.end());
+}
+
+} // namespace
+
+Shape Hdf5StateReader::shape(const std::string& key) const {
+  H5Handle ds(open_dataset(key), H5Dclose);
+  return shape_of(ds.get(), "checkpoint: '" + key + "' in '" + path_ + "'");
 }
 
 DType Hdf5StateReader::dtype(const std::string& key) const {
@@ -328,20 +339,21 @@ DType Hdf5StateReader::dtype(const std::string& key) const {
 }
 
 void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const {
-  const Shape global = shape(key);
-  const DType stored = dtype(key);
   VLM_CHECK(dst.defined(), "checkpoint: reading '", key, "' into an undefined tensor");
+  const std::string what = "checkpoint: '" + key + "' in '" + path_ + "'";
+  H5Handle ds(open_dataset(key), H5Dclose);
+  const Shape global = shape_of(ds.get(), what);
+  H5Handle stored_type(H5Dget_type(ds.get()), H5Tclose);
+  const DType stored = dtype_of_h5(stored_type.get(), what);
   Shape expect = global;
   if (!global.empty()) expect[0] = dst.dim() > 0 ? dst.size(0) : -1;
   VLM_CHECK(stored == dst.dtype() && dst.shape() == expect && row_begin >= 0 &&
                 (global.empty() || row_begin + dst.size(0) <= global[0]),
-            "checkpoint: '", key, "' in '", path_, "' holds ", dtype_name(stored),
-            shape_str(global), " but the destination is ", dst.desc(),
-            global.empty() ? std::string() : " at row " + std::to_string(row_begin));
+            what, " holds ", dtype_name(stored), shape_str(global), " but the destination is ",
+            dst.desc(), global.empty() ? std::string() : " at row " + std::to_string(row_begin));
   if (dst.numel() == 0) return;
   NoGradGuard no_grad;
   Tensor host = Tensor::empty(dst.shape(), dst.dtype());
-  H5Handle ds(open_dataset(key), H5Dclose);
   H5Handle file_space(H5Dget_space(ds.get()), H5Sclose);
   if (!global.empty()) {
     std::vector<hsize_t> start(global.size(), 0), count = dims_of(dst.shape());

@@ -69,6 +69,11 @@ struct ParallelRun {
     st.sharded = fsdp->shard_rows();
     return st;
   }
+  void save(const std::string& path, int64_t step) {
+    io::Hdf5StateWriter out(path, MPI_COMM_WORLD);
+    state(step).save(out);
+    out.close();
+  }
   std::map<std::string, std::vector<double>> whole_params() {
     std::map<std::string, std::vector<double>> out;
     fsdp->unshard_all();
@@ -101,11 +106,7 @@ TEST_CASE("fsdp checkpoint: a state saved by FSDP, DDP or HSDP loads whole into 
       const std::string path = tmp.file("state.h5");
       ParallelRun run(*f, c, l.shape);
       run.train(0, 2);
-      {
-        io::Hdf5StateWriter out(path, MPI_COMM_WORLD);
-        run.state(2).save(out);
-        out.close();
-      }
+      run.save(path, 2);
       // One process (on every rank) loads the whole tensors.
       auto whole = family_model(*f, c);
       train::TrainStepper single(c, whole);
@@ -157,9 +158,7 @@ TEST_CASE("fsdp checkpoint: saved after step k and loaded into the same layout, 
       {
         ParallelRun first(*f, c, l.shape);
         first.train(0, kStop);
-        io::Hdf5StateWriter out(path, MPI_COMM_WORLD);
-        first.state(kStop).save(out);
-        out.close();
+        first.save(path, kStop);
       }
       ParallelRun resumed(*f, c, l.shape);
       train::TrainState st = resumed.state(0);
