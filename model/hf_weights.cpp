@@ -172,6 +172,23 @@ const char* hf_dtype_name(DType dtype) {
   }
 }
 
+std::vector<std::string> copy_tokenizer_files(const std::string& tokenizer_dir,
+                                              const std::string& out_dir) {
+  std::vector<std::string> copied;
+  if (tokenizer_dir.empty()) return copied;
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                           "generation_config.json", "special_tokens_map.json",
+                           "chat_template.jinja", "preprocessor_config.json"}) {
+    const fs::path src = fs::path(tokenizer_dir) / name;
+    if (!fs::exists(src)) continue;
+    fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
+    VLM_CHECK(!ec, "cannot copy ", src.string(), " to ", out_dir, ": ", ec.message());
+    copied.push_back(name);
+  }
+  return copied;
+}
+
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
                       DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes,
                       const std::map<std::string, std::string>& extra_files) {
@@ -240,18 +257,7 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
     f << index.dump(2) << "\n";
     VLM_CHECK(f.good(), "save_hf_snapshot: cannot write the index in ", tmp.string());
   }
-  std::vector<std::string> copied;
-  if (!tokenizer_dir.empty()) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                             "generation_config.json", "special_tokens_map.json",
-                             "chat_template.jinja", "preprocessor_config.json"}) {
-      const fs::path src = fs::path(tokenizer_dir) / name;
-      if (!fs::exists(src)) continue;
-      fs::copy_file(src, tmp / name, fs::copy_options::overwrite_existing, ec);
-      VLM_CHECK(!ec, "save_hf_snapshot: cannot copy ", src.string(), ": ", ec.message());
-      copied.push_back(name);
-    }
-  }
+  const std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
 
   for (const auto& [name, contents] : extra_files) {
     std::ofstream f(tmp / name, std::ios::binary | std::ios::trunc);

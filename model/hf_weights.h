@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,11 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
                       DType dtype, const std::string& tokenizer_dir,
                       int64_t max_shard_bytes = kDefaultMaxShardBytes,
                       const std::map<std::string, std::string>& extra_files = {});
+
+// Copies the tokenizer files save_hf_snapshot copies (those of its list that exist in
+// `tokenizer_dir`; "" = none) into `out_dir`; returns their names.
+std::vector<std::string> copy_tokenizer_files(const std::string& tokenizer_dir,
+                                              const std::string& out_dir);
 
 // "float32" | "bfloat16" | "float16" (config.json's torch_dtype) for f32 / bf16 / f16.
 const char* hf_dtype_name(DType dtype);

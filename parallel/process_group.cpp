@@ -2,6 +2,7 @@
 
 #include "parallel/mpi.h"
 
+#include <algorithm>
 #include <climits>
 
 #include "kernels/nccl.h"
@@ -396,6 +397,24 @@ int64_t ProcessGroup::all_reduce_value(int64_t v, ReduceOp op) {
   Tensor t = Tensor::from_vector(std::vector<int64_t>{v}, {1});
   all_reduce(t, op);
   return t.data<int64_t>()[0];
+}
+
+std::vector<std::string> ProcessGroup::all_gather_strings(const std::string& mine) {
+  const int n = size();
+  Tensor lengths = Tensor::zeros({n}, DType::i64);
+  all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{int64_t(mine.size())}, {1}));
+  int64_t longest = 1;
+  for (int r = 0; r < n; r++) longest = std::max(longest, lengths.data<int64_t>()[r]);
+  Tensor padded = Tensor::zeros({longest}, DType::u8),
+         all = Tensor::zeros({n * longest}, DType::u8);
+  std::copy(mine.begin(), mine.end(), padded.data<uint8_t>());
+  all_gather(all, padded);
+  std::vector<std::string> out;
+  for (int r = 0; r < n; r++) {
+    const char* begin = reinterpret_cast<const char*>(all.data<uint8_t>() + r * longest);
+    out.emplace_back(begin, size_t(lengths.data<int64_t>()[r]));
+  }
+  return out;
 }
 
 std::unique_ptr<ProcessGroup> world_group() {

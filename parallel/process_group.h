@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/core/tensor.h"
 
@@ -62,6 +63,8 @@ public:
   // Host values, summed (or maxed) over the group: step losses, token counts, norms.
   double all_reduce_value(double v, ReduceOp op = ReduceOp::sum);
   int64_t all_reduce_value(int64_t v, ReduceOp op = ReduceOp::sum);
+  // Every rank's string, in rank order (checkpoints: each data-parallel rank's loader state).
+  std::vector<std::string> all_gather_strings(const std::string& mine);
 
   // The sub-group of the ranks that pass the same color, ordered by key (every rank calls it);
   // `name` labels it in messages.

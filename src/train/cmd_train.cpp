@@ -1,5 +1,6 @@
 #include "src/train/cmd_train.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "parallel/process_group.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
+#include "src/train/checkpoint.h"
 #include "src/train/config.h"
 #include "src/train/trainer.h"
 
@@ -27,18 +29,23 @@ const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set sectio
   --set section.key=value   override one key (repeatable), e.g. --set training.total_steps=50
   --require-loss-drop R     exit 1 unless the last logged loss <= R x the first (for tests)
   --require-caption-accuracy A  exit 1 unless the caption accuracy is >= A (in [0, 1])
-  --inject-fault KIND:RANK:STEP  fail on purpose (for tests): at step STEP on rank RANK, mid-step;
-                            KIND error (throws), crash (abort) or hang (sleeps forever)
+  --inject-fault KIND:RANK:STEP[:POINT]  fail on purpose (for tests): at step STEP on rank RANK,
+                            mid-step or at POINT of that step's save (save-writing, save-closed,
+                            save-renamed); KIND error (throws), crash (abort), kill (SIGKILL),
+                            hang (sleeps forever) or signal (SIGUSR1)
   Under mpirun or srun each rank trains its share ([parallel] in configs/README.md); rank 0
-  prints and writes the metrics and checkpoints.
+  prints and writes the metrics (and checkpoints, unless checkpoint.format = "hdf5": all ranks).
+  SIGTERM or SIGUSR1 (SLURM's --signal=USR1@120): the job saves after the running step and
+  exits with code 75, for the job script to requeue; SIGINT: saves and exits with 130.
   --keys                    print every config key with its type, default and meaning (the
                             table of configs/README.md) and exit
 )";
 
 const char* kExportUsage = R"(usage: vlmtrain export --checkpoint DIR --out DIR [--dtype bf16|f32]
   Writes an HF snapshot (config.json, model.safetensors, tokenizer files) that transformers
-  loads, from a checkpoint-step-N folder of `vlmtrain train` (or any HF snapshot of a
-  registered model type).
+  loads, from a checkpoint of `vlmtrain train`: a step_N folder (checkpoint.format = "hdf5",
+  saved by any number of ranks and any layout), a checkpoint.output_dir (its newest step_N), or a
+  checkpoint-step-N HF snapshot (or any HF snapshot of a registered model type).
 )";
 
 std::string value_of(const std::vector<std::string>& args, size_t& i) {
@@ -96,7 +103,9 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   world->barrier();
   TrainSummary s = run_training(config, fault);
-  if (s.stop_signal) return 128 + s.stop_signal; // the shell's code for "ended by this signal"
+  // SIGTERM / SIGUSR1 (a time limit ahead): saved, run again to continue; SIGINT: the shell's
+  // code for "ended by this signal".
+  if (s.stop_signal) return s.stop_signal == SIGINT ? 128 + SIGINT : kRequeueExitCode;
   if (require_drop > 0 && !(s.last_loss <= require_drop * s.first_loss)) {
     std::fprintf(stderr, "error: the loss did not fall enough: %.4f -> %.4f (required <= %.2f x)\n",
                  s.first_loss, s.last_loss, require_drop);
@@ -131,7 +140,18 @@ int cmd_export(const std::vector<std::string>& args) {
   }
   VLM_CHECK(!checkpoint.empty() && !out.empty(), "export: --checkpoint and --out are required\n",
             kExportUsage);
-  auto m = model::load_pretrained(checkpoint, DType::f32);
+  // A folder of step_N checkpoints (an output_dir): its newest.
+  if (!is_checkpoint_dir(checkpoint) && !std::filesystem::exists(checkpoint + "/config.json"))
+    checkpoint = resolve_resume(checkpoint, "");
+  std::map<std::string, std::string> extra;
+  std::shared_ptr<model::CausalLM> m;
+  if (is_checkpoint_dir(checkpoint)) {
+    m = model::build_model(model::read_config_json(checkpoint), checkpoint + "/config.json",
+                           DType::f32);
+    load_checkpoint_weights(*m, checkpoint);
+  } else {
+    m = model::load_pretrained(checkpoint, DType::f32);
+  }
   model::save_hf_snapshot(*m, m->hf_config(), out, dtype, checkpoint);
   std::printf("exported %s (%s) to %s\n", m->summary().c_str(), dtype_name(dtype), out.c_str());
   return 0;

@@ -6,6 +6,10 @@
 
 namespace vlm::train {
 
+// The exit code of a run stopped by SIGTERM or SIGUSR1 after saving its checkpoint: EX_TEMPFAIL
+// (sysexits.h), "try again": a job script requeues on it (jobs/README.md).
+inline constexpr int kRequeueExitCode = 75;
+
 int cmd_train(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
 

@@ -206,18 +206,25 @@ std::vector<Field> fields_of(TrainConfig& c) {
   return out;
 }
 
-// Reference spellings of our keys (same section): the value converted, then set on the target.
+// Reference spellings of our keys: the value converted, then set on the target key.
 struct Alias {
   const char* section;
   const char* key;
+  const char* target_section;
   const char* target;
   Kind kind; // of the alias's own value
   Value (*convert)(const Value&);
 };
+Value resume_from_bool(const Value& v) {
+  return Value(std::string(std::get<bool>(v) ? "latest" : ""));
+}
 const Alias kAliases[] = {
-    {"training", "bfloat16", "param_dtype", Kind::boolean,
+    {"training", "bfloat16", "training", "param_dtype", Kind::boolean,
      [](const Value& v) { return Value(std::string(std::get<bool>(v) ? "bf16" : "f32")); }},
-    {"training", "eps", "adam_eps", Kind::floating, [](const Value& v) { return v; }},
+    {"training", "eps", "training", "adam_eps", Kind::floating, [](const Value& v) { return v; }},
+    // The reference trainer's switch (in [training]; ours lived in [checkpoint]).
+    {"training", "resume_checkpoint", "checkpoint", "resume", Kind::boolean, resume_from_bool},
+    {"checkpoint", "resume_checkpoint", "checkpoint", "resume", Kind::boolean, resume_from_bool},
 };
 
 // Reference keys we accept and ignore (with one warning each); error_if_true: a boolean switch
@@ -603,7 +610,7 @@ private:
     for (const Alias& a : kAliases)
       if (section == a.section && key == a.key) alias = &a;
     if (alias) {
-      f = find(section, alias->target);
+      f = find(alias->target_section, alias->target);
       kind = alias->kind;
     }
     if (!f) fail(where, "unknown key '" + full + "'" + suggest_key(fields, section, key));
@@ -744,6 +751,10 @@ public:
     check(!c.checkpoint.output_dir.empty(), "checkpoint.output_dir", "must not be empty");
     check(c.checkpoint.save_steps >= 0, "checkpoint.save_steps",
           "must be >= 0 (0 = only the final checkpoint)");
+    check(c.checkpoint.keep_last >= 0, "checkpoint.keep_last", "must be >= 0 (0 = keep all)");
+    check(c.checkpoint.resume.empty() || c.checkpoint.format == CheckpointFormat::hdf5,
+          "checkpoint.resume",
+          "needs checkpoint.format = \"hdf5\" (HF snapshots hold no optimizer or data state)");
     // [logging]
     check(c.logging.log_every >= 1, "logging.log_every", "must be >= 1");
     check(!c.logging.metrics_file.empty(), "logging.metrics_file",

@@ -180,12 +180,14 @@ const char* grad_reduce_name(GradReduce g);
 
 #define VLM_TRAIN_CONFIG_CHECKPOINT(X)                                                             \
   X(std::string, output_dir, "checkpoints",                                                        \
-    "folder of checkpoint-step-N checkpoints (and metrics.jsonl by default)")                      \
+    "folder of the checkpoints (step_N/ or checkpoint-step-N/) and metrics.jsonl by default")      \
   X(int64_t, save_steps, 1000,                                                                     \
     "save every N optimizer steps and at total_steps; 0 = only the final checkpoint")              \
-  X(CheckpointFormat, format, CheckpointFormat::safetensors, "checkpoint file format")             \
-  X(bool, resume_checkpoint, false,                                                                \
-    "continue from the newest checkpoint-step-N in output_dir (start fresh if there is none)")
+  X(CheckpointFormat, format, CheckpointFormat::safetensors,                                       \
+    "hdf5: resumable sharded step_N/ (parallel HDF5); safetensors: HF snapshots, not resumable")   \
+  X(int64_t, keep_last, 0, "hdf5: keep only the newest N step_N checkpoints; 0 = keep all")        \
+  X(std::string, resume, "",                                                                       \
+    "\"latest\" (the newest step_N in output_dir, else start fresh) or a step_N folder; \"\" = no")
 
 #define VLM_TRAIN_CONFIG_LOGGING(X)                                                                \
   X(int64_t, log_every, 10,                                                                        \

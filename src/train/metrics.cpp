@@ -10,11 +10,22 @@
 
 namespace vlm::train {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, int64_t keep_through_step) : path_(path) {
   if (path.empty()) return;
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
-  out_.open(path);
+  std::string kept;
+  if (keep_through_step >= 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() <= keep_through_step)
+        kept += line + "\n";
+    }
+  }
+  out_.open(path, std::ios::trunc);
+  out_ << kept;
   VLM_CHECK(out_.good(), "metrics: cannot write '", path, "'");
 }
 

@@ -34,8 +34,10 @@ struct StepRecord {
 
 class MetricsLog {
 public:
-  // Creates the file's folder; "" writes nothing.
-  explicit MetricsLog(const std::string& path);
+  // Creates the file's folder; "" writes nothing. keep_through_step >= 0 (a resumed run): the
+  // file's records up to that step are kept and new ones appended (those of later steps, from
+  // the run that was interrupted, are dropped); -1: the file starts empty.
+  explicit MetricsLog(const std::string& path, int64_t keep_through_step = -1);
   void write_step(const StepRecord& r);
   void write_eval(int64_t step, double loss, int64_t targets);
 

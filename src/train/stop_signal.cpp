@@ -11,7 +11,7 @@ namespace {
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_installed{false};
-struct sigaction g_old_term, g_old_int;
+struct sigaction g_old_term, g_old_int, g_old_usr1;
 
 void on_signal(int sig) {
   int none = 0;
@@ -32,11 +32,13 @@ StopSignals::StopSignals() {
   sa.sa_flags = SA_RESTART; // reads and waits in the loader threads carry on
   sigaction(SIGTERM, &sa, &g_old_term);
   sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGUSR1, &sa, &g_old_usr1);
 }
 
 StopSignals::~StopSignals() {
   sigaction(SIGTERM, &g_old_term, nullptr);
   sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGUSR1, &g_old_usr1, nullptr);
   g_installed = false;
 }
 

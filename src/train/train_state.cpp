@@ -3,7 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/check.h"
+#include "src/base/logging.h"
 #include "src/core/autograd.h"
+#include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"
 
 namespace vlm::train {
@@ -62,6 +64,23 @@ void load_tensor(const TrainState& s, const io::StateReader& in, const std::stri
 
 } // namespace
 
+void TrainState::restore_loader(const nlohmann::json& saved) const {
+  const int64_t ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
+  VLM_CHECK(saved.is_array() && !saved.empty(),
+            "TrainState: the state has no data position (saved without a loader)");
+  if (int64_t(saved.size()) != ranks) {
+    if (rank == 0)
+      log_warn("resume: the checkpoint was saved by ", saved.size(),
+               " data-parallel rank(s) and "
+               "this run has ",
+               ranks,
+               ": each rank reads its own share of the data, so the data "
+               "position does not carry over; the data starts over from its beginning");
+    return;
+  }
+  loader->restore(io::LoaderState::from_json(saved.at(size_t(rank))));
+}
+
 void TrainState::save(io::StateWriter& out) const {
   check_complete(*this);
   for (const auto& p : model->named_parameters())
@@ -74,6 +93,13 @@ void TrainState::save(io::StateWriter& out) const {
     if (st.master.defined()) save_tensor(*this, out, optim_key(name, "master"), name, st.master);
     optim_steps[name] = st.step;
   }
+  // Every data-parallel rank's loader position (collective: each rank gives its own).
+  nlohmann::json loaders = nlohmann::json::array();
+  if (loader) {
+    const std::string mine = loader->state().serialize();
+    for (const std::string& s : dp ? dp->all_gather_strings(mine) : std::vector{mine})
+      loaders.push_back(nlohmann::json::parse(s));
+  }
   const auto r = rng.state();
   out.write_json("state", {{"step", step},
                            {"tokens", tokens},
@@ -82,7 +108,7 @@ void TrainState::save(io::StateWriter& out) const {
                            {"rng", std::vector<uint64_t>(r.begin(), r.end())},
                            {"optimizer_steps", optim_steps},
                            {"schedule", schedule_json(*schedule)},
-                           {"loader", loader ? loader->state().to_json() : nlohmann::json()}});
+                           {"loaders", loaders}});
 }
 
 void TrainState::load(const io::StateReader& in) {
@@ -92,23 +118,35 @@ void TrainState::load(const io::StateReader& in) {
             "TrainState: the state was saved with the LR schedule ", s.at("schedule").dump(),
             " but this run has ", schedule_json(*schedule).dump());
   // The loader first: it refuses a state of another data configuration before changing anything.
-  if (loader) {
-    VLM_CHECK(!s.at("loader").is_null(),
-              "TrainState: the state has no data position (saved without a loader)");
-    loader->restore(io::LoaderState::from_json(s.at("loader")));
-  }
+  if (loader) restore_loader(s.at("loaders"));
   NoGradGuard no_grad;
-  for (const auto& p : model->named_parameters())
+  std::map<std::string, Tensor> params;
+  for (const auto& p : model->named_parameters()) {
     load_tensor(*this, in, "model/" + p.name, p.name, p.tensor);
+    params[p.name] = p.tensor;
+  }
   const nlohmann::json& optim_steps = s.at("optimizer_steps");
+  std::vector<std::string> fresh; // trained now, not when saved
   for (const std::string& name : optimizer->param_names()) {
     optim::AdamWState& st = optimizer->state(name);
+    if (!optim_steps.contains(name)) {
+      fresh.push_back(name);
+      fill_(st.exp_avg, 0.0);
+      fill_(st.exp_avg_sq, 0.0);
+      if (st.master.defined()) copy_(st.master, params.at(name).detach().to(DType::f32));
+      st.step = 0;
+      continue;
+    }
     load_tensor(*this, in, optim_key(name, "exp_avg"), name, st.exp_avg);
     load_tensor(*this, in, optim_key(name, "exp_avg_sq"), name, st.exp_avg_sq);
     if (st.master.defined()) load_tensor(*this, in, optim_key(name, "master"), name, st.master);
-    VLM_CHECK(optim_steps.contains(name), "TrainState: no optimizer step count for '", name, "'");
     st.step = optim_steps.at(name).get<int64_t>();
   }
+  if (!fresh.empty())
+    log_info("resume: ", fresh.size(),
+             " trained parameter(s) have no optimizer state in the "
+             "checkpoint (frozen when it was saved) and start with fresh AdamW state, e.g. '",
+             fresh.front(), "'");
   step = s.at("step").get<int64_t>();
   tokens = s.at("tokens").get<int64_t>();
   padded_tokens = s.at("padded_tokens").get<int64_t>();

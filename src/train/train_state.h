@@ -7,7 +7,14 @@
 //
 // Keys: model/<name> (each parameter), optim/<name>/{exp_avg, exp_avg_sq, master}, and the JSON
 // document "state": {step, tokens, padded_tokens, skipped_steps, rng, optimizer step counts, the
-// schedule it ran with, loader}.
+// schedule it ran with, loaders: each data-parallel rank's loader state, in dp-rank order}.
+//
+// Resuming into another layout: tensors reshard (they are stored whole); the data position
+// carries over only to the same number of data-parallel ranks (each rank reads its own share of
+// the data, so another count partitions it differently): otherwise the loaders start the data
+// over, with a warning. A parameter trained now that has no optimizer state in the state (frozen,
+// or not trainable, when it was saved) starts with fresh AdamW moments and its master copied
+// from the loaded value.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,9 @@ struct TrainState {
   optim::AdamW* optimizer = nullptr;
   const optim::LrSchedule* schedule = nullptr;
   io::DataLoader* loader = nullptr;
+  // The data-parallel ranks, whose loader states are saved together (each rank's loader reads
+  // its own share); null: this process is the only one.
+  parallel::ProcessGroup* dp = nullptr;
   // The parameters this rank holds as FSDP shards (Fsdp::shard_rows()), with their AdamW state;
   // every other parameter is whole. The state holds whole tensors either way (each rank writes
   // and reads its own rows), so a state saved with one layout loads into any other. Saving and
@@ -49,6 +59,10 @@ struct TrainState {
   // another model (a missing or mis-shaped tensor) is an error after which the objects are
   // partly overwritten (build them anew).
   void load(const io::StateReader& in);
+
+private:
+  // Restores this rank's loader from the saved ranks' states (see "Resuming" above).
+  void restore_loader(const nlohmann::json& saved) const;
 };
 
 } // namespace vlm::train

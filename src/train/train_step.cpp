@@ -1,10 +1,8 @@
 #include "src/train/train_step.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "src/base/check.h"
 #include "src/base/logging.h"
@@ -65,34 +63,6 @@ void apply_freezing(const TrainConfig& config, model::CausalLM& model) {
     }
 }
 
-FaultInjection parse_fault_injection(const std::string& text) {
-  FaultInjection f;
-  const size_t a = text.find(':'), b = a == std::string::npos ? a : text.find(':', a + 1);
-  const std::string kind = text.substr(0, a);
-  char* end = nullptr;
-  bool ok = b != std::string::npos;
-  if (ok) {
-    const std::string rank = text.substr(a + 1, b - a - 1), step = text.substr(b + 1);
-    f.rank = int(std::strtol(rank.c_str(), &end, 10));
-    ok = !rank.empty() && *end == '\0' && f.rank >= 0;
-    f.step = std::strtoll(step.c_str(), &end, 10);
-    ok = ok && !step.empty() && *end == '\0' && f.step >= 1;
-  }
-  if (kind == "error")
-    f.kind = FaultInjection::Kind::error;
-  else if (kind == "crash")
-    f.kind = FaultInjection::Kind::crash;
-  else if (kind == "hang")
-    f.kind = FaultInjection::Kind::hang;
-  else
-    ok = false;
-  VLM_CHECK(ok,
-            "--inject-fault expects KIND:RANK:STEP with KIND error, crash or hang, RANK >= 0 "
-            "and STEP >= 1, got '",
-            text, "'");
-  return f;
-}
-
 TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model,
                            StepParallel parallel)
     : config_(config), parallel_(parallel), model_(std::move(model)),
@@ -133,24 +103,6 @@ std::string TrainStepper::first_non_finite(double loss) const {
   return "the gradient norm";
 }
 
-void TrainStepper::inject_fault(int64_t step) const {
-  if (fault_.kind == FaultInjection::Kind::none || fault_.rank != world_rank_ ||
-      fault_.step != step + 1)
-    return;
-  std::fprintf(stderr, "%sinjected fault at step %lld (--inject-fault)\n", rank_prefix().c_str(),
-               (long long)(step + 1));
-  std::fflush(stderr);
-  switch (fault_.kind) {
-  case FaultInjection::Kind::error:
-    VLM_FAIL("train step ", step + 1, ": injected error on rank ", world_rank_,
-             " (--inject-fault)");
-  case FaultInjection::Kind::crash: std::abort();
-  case FaultInjection::Kind::hang:
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  case FaultInjection::Kind::none: break;
-  }
-}
-
 StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micro_batches) {
   VLM_CHECK(!micro_batches.empty(), "train step ", step + 1, ": no micro-batch");
   StepStats s;
@@ -180,7 +132,7 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
       Tensor slot = slice(losses, 0, int64_t(i), int64_t(i) + 1);
       copy_(slot, reshape(l.detach(), {1}));
     }
-    if (i == 0) inject_fault(step);
+    if (i == 0) trigger_fault(fault_, world_rank_, step + 1, FaultInjection::Point::step);
     affine(l, scale).backward();
     if (fsdp) fsdp->end_micro_step();
   }

@@ -45,6 +45,7 @@
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
 #include "src/train/config.h"
+#include "src/train/fault_injection.h"
 
 namespace vlm::train {
 
@@ -67,17 +68,6 @@ struct StepParallel {
 // Freezes (requires_grad = false) the parameter groups model.train_* turns off. The trainer calls
 // it before FSDP shards the model (frozen parameters are not sharded); TrainStepper calls it too.
 void apply_freezing(const TrainConfig& config, model::CausalLM& model);
-
-// A failure on purpose, for the tests of what a failing rank does to a job (`vlmtrain train
-// --inject-fault KIND:RANK:STEP`): at optimizer step `step` (1-based), on world rank `rank`, after
-// the first micro-batch's forward, before its backward — mid-step, while the other ranks are in
-// collectives. error: throws; crash: abort() (SIGABRT); hang: sleeps forever.
-struct FaultInjection {
-  enum class Kind { none, error, crash, hang } kind = Kind::none;
-  int rank = 0;
-  int64_t step = 0;
-};
-FaultInjection parse_fault_injection(const std::string& text);
 
 class TrainStepper {
 public:
@@ -109,7 +99,6 @@ public:
 private:
   // "the loss" or "the gradient of <name>": the first non-finite value of this step.
   std::string first_non_finite(double loss) const;
-  void inject_fault(int64_t step) const;
 
   TrainConfig config_;
   StepParallel parallel_;

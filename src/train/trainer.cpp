@@ -12,6 +12,7 @@
 #include <optional>
 #include <system_error>
 
+#include "io/hdf5_state.h"
 #include "io/image_processor_config.h"
 #include "io/loader.h"
 #include "io/tokenizer.h"
@@ -25,6 +26,7 @@
 #include "src/core/allocator.h"
 #include "src/train/batches.h"
 #include "src/train/caption_eval.h"
+#include "src/train/checkpoint.h"
 #include "src/train/model_setup.h"
 #include "src/train/skip_ceiling.h"
 #include "src/train/stop_signal.h"
@@ -44,13 +46,9 @@ void check_supported(const TrainConfig& c) {
   VLM_CHECK(c.parallel.tp_size == 1, "config: parallel.tp_size = ", c.parallel.tp_size,
             ": tensor parallelism is not implemented yet (data parallelism is: "
             "parallel.data_parallel, dp_replicate, dp_shard)");
-  VLM_CHECK(c.checkpoint.format == CheckpointFormat::safetensors,
-            "config: checkpoint.format = \"hdf5\": HDF5 checkpoints are not implemented yet; use "
-            "\"safetensors\"");
-  VLM_CHECK(
-      !c.checkpoint.resume_checkpoint,
-      "config: checkpoint.resume_checkpoint = true: resuming needs the optimizer and loader "
-      "state in the checkpoint, which arrives with the HDF5 checkpoints; not implemented yet");
+  VLM_CHECK(c.checkpoint.format != CheckpointFormat::hdf5 || io::hdf5_state_available(),
+            "config: checkpoint.format = \"hdf5\": this build has no parallel HDF5 (it needs MPI "
+            "and libhdf5-openmpi-dev; tools/install_deps.sh installs them); use \"safetensors\"");
   VLM_CHECK(!c.data.data_path.empty(), "config: data.data_path is required");
   VLM_CHECK(!c.model.tokenizer.empty(),
             "config: model.tokenizer is required (with model.preset there is no snapshot to take "
@@ -75,7 +73,10 @@ void check_writable_dir(const std::string& dir, const char* key) {
 }
 
 const char* signal_name(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+  return sig == SIGTERM   ? "SIGTERM"
+         : sig == SIGINT  ? "SIGINT"
+         : sig == SIGUSR1 ? "SIGUSR1"
+                          : "a signal";
 }
 
 std::string tokenizer_dir(const std::string& path) {
@@ -99,6 +100,8 @@ std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tok
   parallel::apply_activation_checkpointing(m->blocks(), t.ac_mode);
   if (t.random_init || !c.model.preset.empty())
     m->init_weights(rng);
+  else if (is_checkpoint_dir(c.model.model_dir)) // the weights of a checkpoint, not its state
+    load_checkpoint_weights(*m, c.model.model_dir);
   else
     model::load_hf_weights(*m, c.model.model_dir);
   apply_freezing(c, *m); // before FSDP: frozen parameters are not sharded
@@ -219,7 +222,11 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   state_.optimizer = &stepper_->optimizer();
   state_.schedule = &stepper_->schedule();
   state_.loader = data_->train.get();
-  metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "");
+  state_.dp = dp_group();
+  if (fsdp_) state_.sharded = fsdp_->shard_rows();
+  resume();
+  metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
+                                          resumed_from_.empty() ? -1 : state_.step);
 
   if (rank0())
     log_info("train: ", c.model.model_name.empty() ? model_->summary() : c.model.model_name, ", ",
@@ -228,6 +235,33 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
              t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
   if (shape.world() > 1) log_memory();
   train_start_seconds_ = now_seconds();
+}
+
+void Trainer::resume() {
+  const CheckpointOptions& ck = config_.checkpoint;
+  resumed_from_ = resolve_resume(ck.resume, ck.output_dir);
+  if (resumed_from_.empty()) {
+    if (!ck.resume.empty() && rank0())
+      log_info("resume: no checkpoint in ", ck.output_dir, " yet; starting from step 0");
+    return;
+  }
+  const nlohmann::json saved =
+      load_checkpoint(state_, resumed_from_, model_->hf_config(), config_.training.param_dtype);
+  saved_step_ = state_.step;
+  if (!rank0()) return;
+  std::vector<std::string> changes; // what this run changes (the checks above allowed it)
+  const nlohmann::json now = to_json(config_);
+  for (const auto& [section, keys] : now.items())
+    for (const auto& [key, value] : keys.items())
+      if (saved.contains(section) && saved[section].contains(key) && saved[section][key] != value &&
+          !(section == "checkpoint" && key == "resume"))
+        changes.push_back(section + "." + key + " " + saved[section][key].dump() + " -> " +
+                          value.dump());
+  std::string changed;
+  for (const std::string& ch : changes) changed += (changed.empty() ? "" : ", ") + ch;
+  log_info("resume: from ", resumed_from_, " at step ", state_.step, " of ",
+           config_.training.total_steps, " (", state_.tokens, " tokens trained)",
+           changed.empty() ? "" : "; changed since: " + changed);
 }
 
 parallel::ProcessGroup* Trainer::dp_group() const {
@@ -263,6 +297,7 @@ void Trainer::log_memory() const {
 }
 
 void Trainer::set_fault_injection(const FaultInjection& fault) {
+  fault_ = fault;
   stepper_->set_fault_injection(fault, mesh_->world().rank());
 }
 
@@ -431,6 +466,24 @@ void Trainer::caption_accuracy() {
 }
 
 void Trainer::save_checkpoint() {
+  saved_step_ = state_.step;
+  if (config_.checkpoint.format == CheckpointFormat::hdf5) {
+    CheckpointSave save;
+    save.output_dir = config_.checkpoint.output_dir;
+    save.keep_last = config_.checkpoint.keep_last;
+    save.config = to_json(config_);
+    save.config_toml = to_toml(config_);
+    save.hf_config = model_->hf_config();
+    save.tokenizer_dir = tokenizer_dir(config_.model.tokenizer);
+    if (model_->has_vision())
+      save.extra_files["preprocessor_config.json"] = io::image_processor_json(image_config());
+    save.fault = fault_;
+    const double start = now_seconds();
+    summary_.final_checkpoint = vlm::train::save_checkpoint(state_, save, mesh_->world());
+    if (rank0())
+      log_info("saved ", summary_.final_checkpoint, " in ", format_duration(now_seconds() - start));
+    return;
+  }
   summary_.final_checkpoint = checkpoint_dir(config_, state_.step);
   // A VLM snapshot records the image sizes it was trained on (`vlmtrain generate` reads them).
   std::map<std::string, std::string> extra;
@@ -464,7 +517,7 @@ TrainSummary Trainer::run() {
         std::printf("train: %s received: stopping after step %lld of %lld\n", signal_name(sig),
                     (long long)state_.step, (long long)config_.training.total_steps);
       std::fflush(stdout);
-      if (summary_.final_checkpoint != checkpoint_dir(config_, state_.step)) save_checkpoint();
+      if (saved_step_ != state_.step) save_checkpoint();
       break;
     }
   }

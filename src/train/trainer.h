@@ -99,6 +99,9 @@ private:
   parallel::ProcessGroup* dp_group() const;
   // Parameters, gradients and optimizer state on this rank against one process (logged).
   void log_memory() const;
+  // checkpoint.resume: loads the checkpoint it names into the state, if any
+  // (src/train/checkpoint.h).
+  void resume();
 
   TrainConfig config_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;
@@ -114,6 +117,9 @@ private:
   double peak_tflops_ = 0;
   double start_seconds_ = 0, train_start_seconds_ = 0; // steady-clock seconds
   int64_t first_step_ = 0;                             // the step this process started at
+  int64_t saved_step_ = -1;  // the step of the last checkpoint saved or resumed from
+  std::string resumed_from_; // the checkpoint folder this run resumed from, or ""
+  FaultInjection fault_;
 };
 
 // Trainer(config).run(), with an optional injected fault.

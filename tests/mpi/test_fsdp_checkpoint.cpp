@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "io/hdf5_state.h"
+#include "src/core/autograd.h"
 #include "src/train/train_state.h"
 #include "tests/mpi/fsdp_fixture.h"
 #include "tests/mpi/shared_temp_dir.h"
@@ -43,8 +44,9 @@ struct ParallelRun {
   std::vector<double> losses;
   const Family& family;
 
-  ParallelRun(const Family& f, const train::TrainConfig& c, const MeshShape& shape)
-      : mesh(parallel::world_group(), shape), model(family_model(f, c)), family(f) {
+  ParallelRun(const Family& f, const train::TrainConfig& c, const MeshShape& shape,
+              std::unique_ptr<parallel::ProcessGroup> ranks = parallel::world_group())
+      : mesh(std::move(ranks), shape), model(family_model(f, c)), family(f) {
     fsdp = std::make_unique<parallel::Fsdp>(*model, model->blocks(), mesh.dp_shard(),
                                             &mesh.dp_replicate(), parallel::FsdpOptions{},
                                             Device::cpu());
@@ -173,6 +175,59 @@ TEST_CASE("fsdp checkpoint: saved after step k and loaded into the same layout, 
         CHECK(values == want.at(name));
       }
     }
+}
+
+// The model's outputs on one micro-batch: the final hidden states and the evaluation loss sum.
+std::pair<std::vector<double>, double> outputs(ParallelRun& run, const model::Batch& batch) {
+  run.fsdp->unshard_all();
+  NoGradGuard no_grad;
+  std::vector<double> hidden = run.model->hidden_states(batch).to_doubles();
+  run.fsdp->reshard_all();
+  return {hidden, run.stepper->evaluate({batch}).first};
+}
+
+TEST_CASE("fsdp checkpoint: saved by FSDP on 4 ranks, loaded by 1 rank, by FSDP on 2 ranks and by "
+          "HSDP 2x2, the model's outputs are identical") {
+  auto world = parallel::world_group();
+  if (world->size() != 4) {
+    WARN("this case needs 4 ranks: it runs in the 4-rank job");
+    return;
+  }
+  const train::TrainConfig c = equivalence_config();
+  for (const Family* f : checkpoint_families()) {
+    INFO(f->name);
+    SharedTempDir tmp;
+    const std::string path = tmp.file("state.h5");
+    {
+      ParallelRun saved(*f, c, {1, 4, 1});
+      saved.train(0, 2);
+      saved.save(path, 2);
+    }
+    const model::Batch batch = micro_batch(*f, 1, 0, 1, 2, 1); // an image row for Qwen3-VL
+    auto load = [&](ParallelRun& run, MPI_Comm comm) {
+      train::TrainState st = run.state(0);
+      st.load(io::Hdf5StateReader(path, comm));
+      CHECK(st.step == 2);
+    };
+    // 1 rank: every rank alone (its own communicator), the whole model.
+    ParallelRun one(*f, c, {1, 1, 1}, world->split(world->rank(), 0, "self"));
+    load(one, MPI_COMM_SELF);
+    const auto want = outputs(one, batch);
+    CHECK(want.second != 0);
+    // FSDP on 2 ranks: two independent pairs, each reading through its own communicator.
+    MPI_Comm pair_comm;
+    MPI_Comm_split(MPI_COMM_WORLD, world->rank() / 2, world->rank(), &pair_comm);
+    {
+      ParallelRun two(*f, c, {1, 2, 1}, world->split(world->rank() / 2, world->rank(), "pair"));
+      load(two, pair_comm);
+      CHECK(outputs(two, batch) == want);
+    }
+    MPI_Comm_free(&pair_comm);
+    // HSDP 2 x 2 on all four.
+    ParallelRun hsdp(*f, c, {2, 2, 1});
+    load(hsdp, MPI_COMM_WORLD);
+    CHECK(outputs(hsdp, batch) == want);
+  }
 }
 
 #endif // VLM_WITH_HDF5

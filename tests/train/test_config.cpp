@@ -130,7 +130,8 @@ TEST_CASE("config: defaults are the reference trainer's", "[train][config]") {
   CHECK(d.parallel.data_parallel == DataParallel::ddp);
   CHECK(d.checkpoint.output_dir == "checkpoints");
   CHECK(d.checkpoint.save_steps == 1000);
-  CHECK(!d.checkpoint.resume_checkpoint);
+  CHECK(d.checkpoint.resume.empty());
+  CHECK(d.checkpoint.keep_last == 0);
   // Ours.
   CHECK(!d.training.decay_norms);
   CHECK(!d.training.decay_biases);
@@ -384,6 +385,12 @@ TEST_CASE("config: reference spellings and ignored reference keys", "[train][con
   CHECK(parse(kMinimal + "[training]\nbfloat16 = true\n", {"training.param_dtype=f32"})
             .training.param_dtype == DType::f32);
   CHECK(parse(kMinimal, {"training.bfloat16=false"}).training.param_dtype == DType::f32);
+  // The reference trainer's resume switch ([training]; ours was in [checkpoint]): "latest".
+  CHECK(parse(kMinimal + "[training]\nresume_checkpoint = true\n", {"checkpoint.format=hdf5"})
+            .checkpoint.resume == "latest");
+  CHECK(parse(kMinimal, {"checkpoint.resume_checkpoint=false"}).checkpoint.resume.empty());
+  CHECK_THAT(error_of(kMinimal + "[training]\nresume_checkpoint = true\n"),
+             Contains("needs checkpoint.format = \"hdf5\""));
 
   // Ignored with one warning each; [wandb] as a whole.
   std::vector<std::string> warnings;
@@ -473,7 +480,8 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   c.checkpoint.output_dir = "runs/a b";
   c.checkpoint.save_steps = 0;
   c.checkpoint.format = CheckpointFormat::hdf5;
-  c.checkpoint.resume_checkpoint = true;
+  c.checkpoint.keep_last = 3;
+  c.checkpoint.resume = "latest";
   c.logging.log_every = 3;
   c.logging.metrics_file = "m.jsonl";
   c.logging.progress = false;
