@@ -41,9 +41,12 @@ private:
 };
 
 // HDF5 prints its error stack to stderr by default; we report errors ourselves, with the
-// innermost message of the stack.
+// innermost message of the stack. And no atexit() cleanup: after a failed write (disk full) HDF5
+// 1.10 cannot close the file, and its exit-time cleanup of that file crashes in the MPI-IO driver
+// (a segfault after our error message); every file we open is closed by its owner anyway.
 void silence_hdf5() {
   static const bool once = [] {
+    H5dont_atexit(); // before any other HDF5 call, or it has no effect
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -123,11 +126,14 @@ Tensor host_bytes(const Tensor& t) {
   return t.detach().to(Device::cpu()).contiguous();
 }
 
-// Collective transfers: every rank takes part in every write (a rank with nothing to write
-// selects nothing), which lets MPI-IO merge the ranks' pieces into large aligned writes.
-H5Handle collective_transfer() {
+// Independent transfers of the raw data: each rank's rows are one contiguous byte range of the
+// file, which it writes itself, as pwrite() would. Collective buffering (two-phase I/O) would
+// first move every byte between ranks to aggregators, which only pays for many small pieces:
+// measured with bench/bench_checkpoint on 4 ranks, collective wrote at 0.49x pwrite()'s speed,
+// independent at 0.92x. Metadata (dataset creation) stays collective (the file access list).
+H5Handle data_transfer() {
   H5Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
+  H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
   return dxpl;
 }
 
@@ -214,7 +220,7 @@ void Hdf5StateWriter::write_selection(int64_t dataset, const std::string& key,
     H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
                         nullptr);
   }
-  H5Handle dxpl = collective_transfer();
+  H5Handle dxpl = data_transfer();
   H5Handle file_type(H5Dget_type(ds.get()), H5Tclose); // stored as in memory: no conversion
   const herr_t ok = H5Dwrite(ds.get(), file_type.get(), mem_space.get(), file_space.get(),
                              dxpl.get(), n > 0 ? bytes.data_ptr() : nullptr);
@@ -263,7 +269,7 @@ void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& v
     H5Sselect_none(file_space.get());
     H5Sselect_none(mem_space.get());
   }
-  H5Handle dxpl = collective_transfer();
+  H5Handle dxpl = data_transfer();
   const herr_t ok =
       H5Dwrite(ds.get(), type.get(), mem_space.get(), file_space.get(), dxpl.get(), text.data());
   VLM_H5_CHECK(ok >= 0, "checkpoint: writing '", key, "' to '", path_, "' failed");
@@ -353,7 +359,9 @@ void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, 
             dst.desc(), global.empty() ? std::string() : " at row " + std::to_string(row_begin));
   if (dst.numel() == 0) return;
   NoGradGuard no_grad;
-  Tensor host = Tensor::empty(dst.shape(), dst.dtype());
+  // Straight into dst when HDF5 can write its memory (a CPU tensor, contiguous), else via a copy.
+  const bool direct = !dst.device().is_cuda() && dst.is_contiguous();
+  Tensor host = direct ? dst : Tensor::empty(dst.shape(), dst.dtype());
   H5Handle file_space(H5Dget_space(ds.get()), H5Sclose);
   if (!global.empty()) {
     std::vector<hsize_t> start(global.size(), 0), count = dims_of(dst.shape());
@@ -367,7 +375,7 @@ void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, 
   VLM_H5_CHECK(H5Dread(ds.get(), type.get(), mem_space.get(), file_space.get(), H5P_DEFAULT,
                        host.data_ptr()) >= 0,
                "checkpoint: reading '", key, "' from '", path_, "' failed");
-  copy_(dst, host.to(dst.device()));
+  if (!direct) copy_(dst, host.to(dst.device()));
 }
 
 void Hdf5StateReader::read_tensor_into(const std::string& key, Tensor& dst) const {

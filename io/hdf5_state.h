@@ -6,12 +6,14 @@
 // an HDF5 float type of bf16's bit layout, so h5py reads it with `ds.astype("f4")[...]`.
 //
 // Layout for parallel file systems: datasets are contiguous (no chunking: a rank's rows are one
-// byte range, written in one collective MPI-IO call), and every dataset of at least 1 MiB starts
+// byte range, which it writes with one independent MPI-IO call: no collective buffering, which
+// would move every byte between ranks first), and every dataset of at least 1 MiB starts
 // on a 1 MiB boundary (Lustre's default stripe size, and a multiple of GPFS's sub-block), so no
 // two ranks' large writes share a file-system block they both have to lock.
 //
 // Collective rules: every rank of the communicator constructs the writer, calls write_tensor /
-// write_rows / write_json with the same keys in the same order, and close(). Reads are
+// write_rows / write_json with the same keys in the same order (datasets are created
+// collectively), and close(). Reads are
 // independent: a rank reads what it needs, in any order.
 #pragma once
 

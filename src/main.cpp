@@ -1,7 +1,8 @@
 // vlmtrain: the command-line entry point. Library code throws vlm::Error; it is caught once here,
 // printed with the rank, and in a multi-rank job every rank is ended (MPI_Abort), so no peer hangs
-// in a collective waiting for this one.
+// in a collective waiting for this one; the process then ends without exit-time teardown.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "parallel/mpi_env.h"
@@ -15,6 +16,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%serror: %s\n", vlm::rank_prefix().c_str(), e.what());
     std::fflush(stderr);
     vlm::parallel::abort_job_if_parallel(1);
-    return 1;
+    // No exit-time teardown after an error: MPI_Finalize would run HDF5's cleanup of a file a
+    // failed write left half-closed (a crash inside HDF5 1.10) and could wait for peers.
+    std::fflush(nullptr);
+    std::_Exit(1);
   }
 }

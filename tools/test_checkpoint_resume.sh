@@ -7,7 +7,8 @@
 #     images, packing), with the vision tower trained (f32) and frozen (bf16, f32 masters);
 #     unfreezing it on resume starts its AdamW state fresh;
 #   * a save interrupted at any point leaves the previous checkpoint as `latest`, and its .tmp
-#     folder is never taken; a failed save ends every rank with the error;
+#     folder is never taken; a failed save (an injected error on one rank, a full disk) ends
+#     every rank with the error, naming the file;
 #   * a checkpoint of 4 FSDP ranks resumes on 1 and 2 ranks and as HSDP 2 x 2 (the same data
 #     position where the data-parallel count is the same);
 #   * Debian's h5py reads /model/<name> as the whole tensor, equal to `vlmtrain export`'s;
@@ -96,6 +97,17 @@ expect_rc 1 fsave.log mpi 2 "$bin" train "${common[@]}" --set parallel.data_para
   --set data.num_workers=1 --set checkpoint.output_dir=fsave --inject-fault error:1:6:save-closed
 grep -q "injected error on rank 1 at save-closed" fsave.log || { cat fsave.log; fail "no error"; }
 [[ $(readlink fsave/latest) == step_000003 && ! -e fsave/step_000006 ]] ||
+  fail "the failed save changed latest"
+
+echo "== a save that runs out of space fails naming the file; latest stays"
+expect_rc 75 full.log train --set checkpoint.output_dir=full --inject-fault signal:0:3
+# A file-size limit below state.h5's ~10 MB: writes fail with EFBIG as on a full disk (SIGXFSZ
+# ignored, so the write returns the error instead of killing the process).
+expect_rc 1 full2.log bash -c 'trap "" XFSZ; ulimit -f 6144; exec "$@"' _ "$bin" train \
+  "${common[@]}" --set checkpoint.output_dir=full --set checkpoint.resume=latest
+grep -q "error: checkpoint: writing '.*' to 'full/step_000006.tmp/state.h5' failed" full2.log ||
+  { cat full2.log; fail "the failed save is not named"; }
+[[ $(readlink full/latest) == step_000003 && ! -e full/step_000006 ]] ||
   fail "the failed save changed latest"
 
 echo "== 2-rank FSDP: kill -9 of the job after a save, resume"

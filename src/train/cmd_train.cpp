@@ -141,8 +141,10 @@ int cmd_export(const std::vector<std::string>& args) {
   VLM_CHECK(!checkpoint.empty() && !out.empty(), "export: --checkpoint and --out are required\n",
             kExportUsage);
   // A folder of step_N checkpoints (an output_dir): its newest.
-  if (!is_checkpoint_dir(checkpoint) && !std::filesystem::exists(checkpoint + "/config.json"))
-    checkpoint = resolve_resume(checkpoint, "");
+  if (!is_checkpoint_dir(checkpoint) && !std::filesystem::exists(checkpoint + "/config.json")) {
+    const std::vector<std::string> all = list_checkpoints(checkpoint);
+    if (!all.empty()) checkpoint = all.back();
+  }
   std::map<std::string, std::string> extra;
   std::shared_ptr<model::CausalLM> m;
   if (is_checkpoint_dir(checkpoint)) {

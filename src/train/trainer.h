@@ -21,15 +21,19 @@
 //   step       src/train/train_step.h (token-mean loss, clipping, AdamW, non-finite policy)
 //   eval       every training.eval_steps steps and at the end: token-mean loss and perplexity
 //              over eval_batches micro-batches of data.val_split, read from its beginning
-//   state      src/train/train_state.h: step, tokens, RNG, model, optimizer, schedule, loader
+//   state      src/train/train_state.h: step, tokens, RNG, model, optimizer, schedule, loader;
+//              checkpoint.resume loads it from a step_N checkpoint (src/train/checkpoint.h) in
+//              any rank layout before step 1
 //   output     a progress line every logging.log_every steps (step/total, loss, lr, grad norm,
 //              tokens/s, ETA); logging.metrics_file: one JSON object per optimizer step and per
-//              evaluation; checkpoint.output_dir/checkpoint-step-N/: an HF snapshot (config.json,
-//              model.safetensors, tokenizer files) every save_steps and at total_steps; a summary
+//              evaluation; every save_steps and at total_steps a checkpoint in
+//              checkpoint.output_dir: step_N/ (format hdf5: the whole state, every rank writing
+//              its shards; src/train/checkpoint.h) or checkpoint-step-N/ (an HF snapshot gathered
+//              to rank 0: config.json, model.safetensors, tokenizer files); a summary
 //   bad data   the loader's skip report in the progress line when it changes, in every metrics
 //              record and in the summary; above data.max_skip_fraction training stops with it
 //              (src/train/skip_ceiling.h). output_dir is checked writable before step 1.
-//   signals    SIGTERM / SIGINT: stop after the running step with a checkpoint (run())
+//   signals    SIGTERM / SIGUSR1 / SIGINT: stop after the running step with a checkpoint (run())
 #pragma once
 
 #include <cstdint>
@@ -56,7 +60,7 @@ struct TrainSummary {
   int64_t skipped_samples = 0; // by the training loader (its report: the end of the summary)
   double seconds = 0;
   std::string final_checkpoint; // folder of the last checkpoint written
-  int stop_signal = 0;          // SIGTERM / SIGINT that stopped the run early, or 0
+  int stop_signal = 0;          // SIGTERM / SIGUSR1 / SIGINT that stopped the run early, or 0
 };
 
 class Trainer {
@@ -71,8 +75,8 @@ public:
   // evaluation and the checkpoint when they are due. Returns the step's record.
   StepRecord train_step();
   bool done() const;
-  // train_step() until total_steps, then the summary. A SIGTERM or SIGINT stops it after the
-  // running step, with a message and a checkpoint (src/train/stop_signal.h).
+  // train_step() until total_steps, then the summary. A SIGTERM, SIGUSR1 or SIGINT stops it after
+  // the running step, with a message and a checkpoint (src/train/stop_signal.h).
   TrainSummary run();
 
   // The token-mean loss over the val split's first eval_batches micro-batches (logged).
@@ -80,7 +84,7 @@ public:
   // The demo's caption accuracy (training.caption_eval_images; src/train/caption_eval.h),
   // printed with a few examples and kept in the summary.
   void caption_accuracy();
-  // An HF snapshot of the model in checkpoint.output_dir/checkpoint-step-N.
+  // The checkpoint of the current step: step_N/ (hdf5, collective) or checkpoint-step-N/.
   void save_checkpoint();
 
   TrainState& state() { return state_; }
