@@ -71,11 +71,9 @@ void TrainState::restore_loader(const nlohmann::json& saved) const {
   if (int64_t(saved.size()) != ranks) {
     if (rank == 0)
       log_warn("resume: the checkpoint was saved by ", saved.size(),
-               " data-parallel rank(s) and "
-               "this run has ",
-               ranks,
-               ": each rank reads its own share of the data, so the data "
-               "position does not carry over; the data starts over from its beginning");
+               " data-parallel rank(s), this run has ", ranks,
+               "; each rank reads its own share of the data, so the data position does not "
+               "carry over: the data starts over from its beginning");
     return;
   }
   loader->restore(io::LoaderState::from_json(saved.at(size_t(rank))));
@@ -144,8 +142,8 @@ void TrainState::load(const io::StateReader& in) {
   }
   if (!fresh.empty())
     log_info("resume: ", fresh.size(),
-             " trained parameter(s) have no optimizer state in the "
-             "checkpoint (frozen when it was saved) and start with fresh AdamW state, e.g. '",
+             " trained parameter(s) have no optimizer state in the checkpoint (frozen when it "
+             "was saved) and start with fresh AdamW state, e.g. '",
              fresh.front(), "'");
   step = s.at("step").get<int64_t>();
   tokens = s.at("tokens").get<int64_t>();
