@@ -187,12 +187,11 @@ std::pair<std::vector<double>, double> outputs(ParallelRun& run, const model::Ba
 }
 
 TEST_CASE("fsdp checkpoint: saved by FSDP on 4 ranks, loaded by 1 rank, by FSDP on 2 ranks and by "
-          "HSDP 2x2, the model's outputs are identical") {
+          "HSDP 2x2, the model's outputs are identical",
+          "[4ranks]") {
   auto world = parallel::world_group();
-  if (world->size() != 4) {
-    WARN("this case needs 4 ranks: it runs in the 4-rank job");
-    return;
-  }
+  INFO("[4ranks] cases run in the 4-rank job only (tests/CMakeLists.txt)");
+  REQUIRE(world->size() == 4);
   const train::TrainConfig c = equivalence_config();
   for (const Family* f : checkpoint_families()) {
     INFO(f->name);
