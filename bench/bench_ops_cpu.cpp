@@ -1,5 +1,7 @@
-// CPU op benchmark: GFLOP/s of matmul (linear), attention and RMSNorm at transformer-like shapes,
-// and our linear() against a direct cblas_sgemm of the same shape in the same run.
+// CPU op benchmark: GFLOP/s of matmul (linear), attention (forward and backward, causal, up to
+// 4096 tokens) and RMSNorm at transformer-like shapes, and our linear() against a direct
+// cblas_sgemm of the same shape in the same run. bench/bench_ops_cpu.sh puts torch's
+// scaled_dot_product_attention on the same attention shapes next to it.
 //   bench_ops_cpu [--quick]        (threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS)
 #include <cblas.h>
 
@@ -11,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "src/core/autograd.h"
 #include "src/core/ops.h"
 #include "src/core/ops/attention.h"
 #include "src/core/ops/norm.h"
@@ -75,28 +78,38 @@ int main(int argc, char** argv) {
     row("linear f32", shape, flops, ours, extra);
   }
 
-  // --- attention (causal, packed documents)
-  // -------------------------------------------------------
+  // --- attention (causal, packed documents): forward, and backward (fwd + bwd minus fwd) -------
   struct Att {
     int64_t docs, len, hq, hkv, d;
   };
   std::vector<Att> atts = quick ? std::vector<Att>{{2, 256, 4, 2, 64}}
-                                : std::vector<Att>{{1, 1024, 8, 4, 64}, {2, 1024, 8, 8, 128}};
+                                : std::vector<Att>{{1, 1024, 8, 4, 64},
+                                                   {2, 1024, 8, 8, 128},
+                                                   {1, 4096, 8, 4, 64},
+                                                   {1, 4096, 8, 8, 128}};
   for (auto [docs, len, hq, hkv, d] : atts) {
     int64_t T = docs * len;
     Tensor q = Tensor::randn({T, hq, d}, rng), k = Tensor::randn({T, hkv, d}, rng),
-           v = Tensor::randn({T, hkv, d}, rng);
+           v = Tensor::randn({T, hkv, d}, rng), dout = Tensor::randn({T, hq, d}, rng);
     std::vector<int32_t> cu;
     for (int64_t i = 0; i <= docs; i++) cu.push_back(int32_t(i * len));
     Tensor cu_seqlens = Tensor::from_vector(cu, {docs + 1});
-    double sec = median_seconds(
-        reps, [&] { attention(q, k, v, cu_seqlens, true, 1.0 / std::sqrt(double(d))); });
-    // Causal: half of the QK^T and PV products (2 GEMMs of 2·L²·D FLOPs each).
+    const double scale = 1.0 / std::sqrt(double(d));
+    double fwd = median_seconds(reps, [&] { attention(q, k, v, cu_seqlens, true, scale); });
+    double both = median_seconds(reps, [&] {
+      EnableGradGuard grad;
+      Tensor ql = q.detach().set_requires_grad(true), kl = k.detach().set_requires_grad(true),
+             vl = v.detach().set_requires_grad(true);
+      run_backward({attention(ql, kl, vl, cu_seqlens, true, scale)}, {dout});
+    });
+    // Causal: half of the QK^T and PV products (2 GEMMs of 2·L²·D FLOPs each); the backward has
+    // 5 such products (flash attention's count: 2.5x the forward).
     double flops = double(docs) * double(hq) * 4.0 * double(len) * double(len) * double(d) / 2.0;
     char shape[64];
     std::snprintf(shape, sizeof shape, "%lldx%lld tok, Hq%lld Hkv%lld D%lld", (long long)docs,
                   (long long)len, (long long)hq, (long long)hkv, (long long)d);
-    row("attention fwd causal", shape, flops, sec);
+    row("attention fwd causal", shape, flops, fwd);
+    row("attention bwd causal", shape, 2.5 * flops, std::max(both - fwd, 1e-9));
   }
 
   // --- RMSNorm

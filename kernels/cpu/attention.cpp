@@ -1,21 +1,26 @@
 #include "kernels/attention.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
+// Flash attention on the CPU: tiles of query rows x key rows whose inner products are small dense
+// matrix products (OpenBLAS sgemm / dgemm: its runtime-dispatched AVX2 / AVX-512 / NEON kernels
+// run at GEMM speed whatever this file is compiled for), with the softmax kept online per query
+// row (running max and sum) so no [T, T] matrix is ever held. Work items are blocks of 64 rows of
+// one document and one head, independent of each other and of the thread count, so results are
+// deterministic: every sum runs in a fixed order (BLAS called on a fixed tile, in one thread
+// inside the parallel region).
 namespace vlm::kernels::cpu {
 
 namespace {
 
-// Rows per work item: big enough that re-reading K/V per block is cheap next to the block's
-// O(rows · keys · D) work, small enough that one long document still spreads over all threads.
-constexpr int64_t kBlockRows = 64;
-
-// A block of consecutive rows (queries, or keys in the dK/dV pass) of one document and one head.
-struct Block {
-  int64_t doc, head, begin, end; // rows [begin, end) relative to the document start
-};
+constexpr int64_t kBlockRows = 128; // rows per work item (queries; keys in the dK/dV pass)
+constexpr int64_t kTile = 512;      // keys per tile (forward, dQ), queries per tile (dK/dV)
 
 // Below this many multiply-adds (sum over documents of len^2 · heads · D) a parallel region
 // costs more than it saves.
@@ -30,49 +35,93 @@ int64_t attention_work(const int32_t* cu_seqlens, int64_t docs, int64_t heads, i
   return work;
 }
 
-std::vector<Block> make_blocks(const int32_t* cu_seqlens, int64_t docs, int64_t heads) {
+struct Block {
+  int64_t doc, head, begin, end; // rows [begin, end) relative to the document start
+  int64_t work;                  // rows x keys it visits (for the schedule)
+};
+
+// Blocks of every document and head, the largest first (causal blocks near a document's end see
+// the most keys), which balances the dynamic schedule.
+std::vector<Block> make_blocks(const int32_t* cu_seqlens, int64_t docs, int64_t heads, bool causal,
+                               bool keys_first) {
   std::vector<Block> blocks;
   for (int64_t b = 0; b < docs; b++) {
-    int64_t len = cu_seqlens[b + 1] - cu_seqlens[b];
+    const int64_t len = cu_seqlens[b + 1] - cu_seqlens[b];
     for (int64_t h = 0; h < heads; h++)
-      for (int64_t r = 0; r < len; r += kBlockRows)
-        blocks.push_back({b, h, r, std::min(len, r + kBlockRows)});
+      for (int64_t r = 0; r < len; r += kBlockRows) {
+        const int64_t end = std::min(len, r + kBlockRows);
+        const int64_t seen = !causal ? len : keys_first ? len - r : end;
+        blocks.push_back({b, h, r, end, (end - r) * seen});
+      }
   }
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const Block& a, const Block& b) { return a.work > b.work; });
   return blocks;
 }
 
-// dst[r, :] = src[r * stride, 0:D] converted to A, for r < rows ([rows, D]).
-template <typename A, typename T>
-void load_rows(std::vector<A>& dst, const T* src, int64_t rows, int64_t stride, int64_t D) {
-  dst.resize(size_t(rows * D));
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t d = 0; d < D; d++) dst[size_t(r * D + d)] = to_acc<A>(src[r * stride + d]);
+// C[M, N] = alpha · op(A) · op(B) + beta · C, row-major (one thread inside parallel regions).
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
+              int(N), int(K), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
+              int(N), int(K), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// The same rows transposed: dst[d, r] ([D, rows]), so that products with many rows vectorize.
+// `rows` rows of D values, `stride` apart, as A: the memory itself when T is A (ld = stride),
+// else converted into `scratch` (ld = D).
 template <typename A, typename T>
-void load_cols(std::vector<A>& dst, const T* src, int64_t rows, int64_t stride, int64_t D) {
-  dst.resize(size_t(rows * D));
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t d = 0; d < D; d++) dst[size_t(d * rows + r)] = to_acc<A>(src[r * stride + d]);
-}
-
-// out[j] = sum_d x[d] * cols[d * ld + j] for j < n: the dot products of x with n rows stored
-// transposed. Each sum runs over d in order (so every caller gets bit-identical scores); the
-// independent j lanes are what the compiler vectorizes.
-template <typename A>
-void dots(A* out, const A* x, const A* cols, int64_t ld, int64_t n, int64_t D) {
-  std::fill(out, out + n, A(0));
-  for (int64_t d = 0; d < D; d++) {
-    const A xd = x[d];
-    const A* col = cols + d * ld;
-    for (int64_t j = 0; j < n; j++) out[j] += xd * col[j];
+const A* rows_as(const T* src, int64_t rows, int64_t stride, int64_t D, std::vector<A>& scratch,
+                 int64_t& ld) {
+  if constexpr (std::is_same_v<A, T>) {
+    ld = stride;
+    return src;
+  } else {
+    scratch.resize(size_t(rows * D));
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t d = 0; d < D; d++) scratch[size_t(r * D + d)] = to_acc<A>(src[r * stride + d]);
+    ld = D;
+    return scratch.data();
   }
 }
 
-// y += alpha * x
-template <typename A> inline void axpy(A* y, A alpha, const A* x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+// exp(x) for x <= 0 (scores minus a row's max or lse), in a loop the compiler vectorizes with the
+// baseline instruction set: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6 Taylor
+// polynomial (relative error < 2e-7, about 1.5 ulp), 2^n from the exponent bits; below -87 the
+// result is 0 (exp(-87) = 1.6e-38 is the smallest normal float's neighbourhood).
+inline float exp_nonpositive(float x) {
+  const float magic = 12582912.0f; // 1.5 · 2^23: adding it rounds to an integer
+  const float n = (x * 1.44269504f + magic) - magic;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-6f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return x < -87.0f ? 0.0f : p * two_n;
+}
+
+// p[j] = exp(s[j] - shift) for j < n, 0 for n <= j < cols.
+void exp_shifted(float* p, const float* s, float shift, int64_t n, int64_t cols) {
+  for (int64_t j = 0; j < n; j++) p[j] = exp_nonpositive(std::max(s[j] - shift, -100.0f));
+  std::fill(p + n, p + cols, 0.0f);
+}
+void exp_shifted(double* p, const double* s, double shift, int64_t n, int64_t cols) {
+  for (int64_t j = 0; j < n; j++) p[j] = std::exp(s[j] - shift); // f64: gradchecks, exact exp
+  std::fill(p + n, p + cols, 0.0);
+}
+
+// Keys [k0, k0 + cols) of a document visible from its query row i.
+inline int64_t visible_keys(bool causal, int64_t i, int64_t k0, int64_t cols) {
+  return causal ? std::clamp<int64_t>(i + 1 - k0, 0, cols) : cols;
 }
 
 } // namespace
@@ -82,41 +131,55 @@ void attention_fwd(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v,
                    const int32_t* cu_seqlens, const AttentionShape& s) {
   using A = acc_t<T>;
   const int64_t D = s.head_dim, Hq = s.q_heads, Hkv = s.kv_heads, group = Hq / Hkv;
-  const A scale = A(s.scale);
-  const std::vector<Block> blocks = make_blocks(cu_seqlens, s.docs, Hq);
+  const std::vector<Block> blocks = make_blocks(cu_seqlens, s.docs, Hq, s.causal, false);
   const bool parallel = attention_work(cu_seqlens, s.docs, Hq, D) > kParallelWork;
 #pragma omp parallel if (parallel)
   {
-    std::vector<A> keys_t, values, query, scores, acc(static_cast<size_t>(D));
+    std::vector<A> q_buf, k_buf, v_buf, scores(size_t(kBlockRows * kTile)), acc, row_max, row_sum;
 #pragma omp for schedule(dynamic, 1)
     for (size_t n = 0; n < blocks.size(); n++) {
       const Block& blk = blocks[n];
       const int64_t start = cu_seqlens[blk.doc], len = cu_seqlens[blk.doc + 1] - start;
-      const int64_t h = blk.head, g = h / group;
+      const int64_t h = blk.head, g = h / group, rows = blk.end - blk.begin;
+      int64_t ldq = 0, ldk = 0, ldv = 0;
+      const A* qb = rows_as(q + ((start + blk.begin) * Hq + h) * D, rows, Hq * D, D, q_buf, ldq);
+      acc.assign(size_t(rows * D), A(0));
+      row_max.assign(size_t(rows), -INFINITY);
+      row_sum.assign(size_t(rows), A(0));
       const int64_t n_keys = s.causal ? blk.end : len; // keys any row of the block can see
-      load_cols(keys_t, k + (start * Hkv + g) * D, n_keys, Hkv * D, D);
-      load_rows(values, v + (start * Hkv + g) * D, n_keys, Hkv * D, D);
-      scores.resize(size_t(n_keys));
-      for (int64_t i = blk.begin; i < blk.end; i++) {
-        const int64_t row = (start + i) * Hq + h; // index of (token, head)
-        load_rows(query, q + row * D, 1, D, D);
-        const int64_t visible = s.causal ? i + 1 : len;
-        dots(scores.data(), query.data(), keys_t.data(), n_keys, visible, D);
-        A max_score = -INFINITY;
-        for (int64_t j = 0; j < visible; j++) {
-          scores[size_t(j)] *= scale;
-          max_score = std::max(max_score, scores[size_t(j)]);
+      for (int64_t k0 = 0; k0 < n_keys; k0 += kTile) {
+        const int64_t cols = std::min(kTile, n_keys - k0);
+        const A* kt = rows_as(k + ((start + k0) * Hkv + g) * D, cols, Hkv * D, D, k_buf, ldk);
+        const A* vt = rows_as(v + ((start + k0) * Hkv + g) * D, cols, Hkv * D, D, v_buf, ldv);
+        A* sc = scores.data();
+        gemm(false, true, rows, cols, D, A(s.scale), qb, ldq, kt, ldk, A(0), sc, cols);
+        for (int64_t r = 0; r < rows; r++) {
+          A* row = sc + r * cols;
+          A* o = acc.data() + r * D;
+          const int64_t vis = visible_keys(s.causal, blk.begin + r, k0, cols);
+          if (vis == 0) { // no key of this tile is visible: P = 0
+            std::fill(row, row + cols, A(0));
+            continue;
+          }
+          A mx = row_max[size_t(r)];
+          for (int64_t j = 0; j < vis; j++) mx = std::max(mx, row[j]);
+          const A correction = std::exp(row_max[size_t(r)] - mx); // 0 for the first tile
+          exp_shifted(row, row, mx, vis, cols);
+          A sum = 0;
+          for (int64_t j = 0; j < vis; j++) sum += row[j];
+          row_sum[size_t(r)] = row_sum[size_t(r)] * correction + sum;
+          row_max[size_t(r)] = mx;
+          if (correction != A(1))
+            for (int64_t d = 0; d < D; d++) o[d] *= correction;
         }
-        A denom = 0;
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t j = 0; j < visible; j++) {
-          const A p = std::exp(scores[size_t(j)] - max_score);
-          denom += p;
-          axpy(acc.data(), p, &values[size_t(j * D)], D);
-        }
-        const A inv = A(1) / denom;
-        for (int64_t d = 0; d < D; d++) out[row * D + d] = from_acc<T>(acc[size_t(d)] * inv);
-        lse[row] = max_score + std::log(denom);
+        gemm(false, false, rows, D, cols, A(1), sc, cols, vt, ldv, A(1), acc.data(), D);
+      }
+      for (int64_t r = 0; r < rows; r++) {
+        const int64_t row = (start + blk.begin + r) * Hq + h; // index of (token, head)
+        const A inv = A(1) / row_sum[size_t(r)];
+        for (int64_t d = 0; d < D; d++)
+          out[row * D + d] = from_acc<T>(acc[size_t(r * D + d)] * inv);
+        lse[row] = row_max[size_t(r)] + std::log(row_sum[size_t(r)]);
       }
     }
   }
@@ -141,76 +204,98 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
     delta[size_t(row)] = acc;
   }
 
+  // dS = P ⊙ (dP - delta) in place of dP, with P = exp(S - lse) recomputed in place of S; rows
+  // r < rows of a [rows, cols] tile, row r seeing keys [k0, k0 + visible(r)).
+  auto softmax_grad = [&](A* p, A* dp, int64_t rows, int64_t cols, const A* row_lse,
+                          const A* row_delta, int64_t q0, int64_t k0) {
+    for (int64_t r = 0; r < rows; r++) {
+      A* pr = p + r * cols;
+      A* dpr = dp + r * cols;
+      const int64_t vis = visible_keys(s.causal, q0 + r, k0, cols);
+      exp_shifted(pr, pr, row_lse[r], vis, cols);
+      for (int64_t j = 0; j < cols; j++) dpr[j] = pr[j] * (dpr[j] - row_delta[r]);
+    }
+  };
+
   // dQ: blocks of query rows per query head (each dQ row is written by one block).
-  const std::vector<Block> q_blocks = make_blocks(cu_seqlens, s.docs, Hq);
+  const std::vector<Block> q_blocks = make_blocks(cu_seqlens, s.docs, Hq, s.causal, false);
 #pragma omp parallel if (parallel)
   {
-    std::vector<A> keys, keys_t, values_t, query, grad_out, scores, dprobs;
-    std::vector<A> acc(static_cast<size_t>(D));
+    std::vector<A> q_buf, do_buf, k_buf, v_buf, acc, row_lse, row_delta;
+    std::vector<A> p(size_t(kBlockRows * kTile)), dp(size_t(kBlockRows * kTile));
 #pragma omp for schedule(dynamic, 1)
     for (size_t n = 0; n < q_blocks.size(); n++) {
       const Block& blk = q_blocks[n];
       const int64_t start = cu_seqlens[blk.doc], len = cu_seqlens[blk.doc + 1] - start;
-      const int64_t h = blk.head, g = h / group;
-      const int64_t n_keys = s.causal ? blk.end : len;
-      load_rows(keys, k + (start * Hkv + g) * D, n_keys, Hkv * D, D);
-      load_cols(keys_t, k + (start * Hkv + g) * D, n_keys, Hkv * D, D);
-      load_cols(values_t, v + (start * Hkv + g) * D, n_keys, Hkv * D, D);
-      scores.resize(size_t(n_keys));
-      dprobs.resize(size_t(n_keys));
-      for (int64_t i = blk.begin; i < blk.end; i++) {
-        const int64_t row = (start + i) * Hq + h;
-        load_rows(query, q + row * D, 1, D, D);
-        load_rows(grad_out, dout + row * D, 1, D, D);
-        const int64_t visible = s.causal ? i + 1 : len;
-        dots(scores.data(), query.data(), keys_t.data(), n_keys, visible, D);
-        dots(dprobs.data(), grad_out.data(), values_t.data(), n_keys, visible, D);
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t j = 0; j < visible; j++) {
-          const A p = std::exp(scale * scores[size_t(j)] - lse[row]);
-          axpy(acc.data(), p * (dprobs[size_t(j)] - delta[size_t(row)]), &keys[size_t(j * D)], D);
-        }
-        for (int64_t d = 0; d < D; d++) dq[row * D + d] = from_acc<T>(scale * acc[size_t(d)]);
+      const int64_t h = blk.head, g = h / group, rows = blk.end - blk.begin;
+      const int64_t row0 = (start + blk.begin) * Hq + h;
+      int64_t ldq = 0, ldo = 0, ldk = 0, ldv = 0;
+      const A* qb = rows_as(q + row0 * D, rows, Hq * D, D, q_buf, ldq);
+      const A* dob = rows_as(dout + row0 * D, rows, Hq * D, D, do_buf, ldo);
+      row_lse.resize(size_t(rows));
+      row_delta.resize(size_t(rows));
+      for (int64_t r = 0; r < rows; r++) {
+        row_lse[size_t(r)] = lse[row0 + r * Hq];
+        row_delta[size_t(r)] = delta[size_t(row0 + r * Hq)];
       }
+      acc.assign(size_t(rows * D), A(0));
+      const int64_t n_keys = s.causal ? blk.end : len;
+      for (int64_t k0 = 0; k0 < n_keys; k0 += kTile) {
+        const int64_t cols = std::min(kTile, n_keys - k0);
+        const A* kt = rows_as(k + ((start + k0) * Hkv + g) * D, cols, Hkv * D, D, k_buf, ldk);
+        const A* vt = rows_as(v + ((start + k0) * Hkv + g) * D, cols, Hkv * D, D, v_buf, ldv);
+        gemm(false, true, rows, cols, D, scale, qb, ldq, kt, ldk, A(0), p.data(), cols);
+        gemm(false, true, rows, cols, D, A(1), dob, ldo, vt, ldv, A(0), dp.data(), cols);
+        softmax_grad(p.data(), dp.data(), rows, cols, row_lse.data(), row_delta.data(), blk.begin,
+                     k0);
+        gemm(false, false, rows, D, cols, A(1), dp.data(), cols, kt, ldk, A(1), acc.data(), D);
+      }
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t d = 0; d < D; d++)
+          dq[(row0 + r * Hq) * D + d] = from_acc<T>(scale * acc[size_t(r * D + d)]);
     }
   }
 
   // dK, dV: blocks of key rows per kv head; each block loops over the query heads of its group
   // and the query rows that see it, so the GQA sum happens in one place without atomics.
-  const std::vector<Block> kv_blocks = make_blocks(cu_seqlens, s.docs, Hkv);
+  const std::vector<Block> kv_blocks = make_blocks(cu_seqlens, s.docs, Hkv, s.causal, true);
 #pragma omp parallel if (parallel)
   {
-    std::vector<A> keys_t, values_t, query, grad_out, scores, dprobs, dk_acc, dv_acc;
+    std::vector<A> k_buf, v_buf, q_buf, do_buf, dk_acc, dv_acc, row_lse, row_delta;
+    std::vector<A> p(size_t(kTile * kBlockRows)), dp(size_t(kTile * kBlockRows));
 #pragma omp for schedule(dynamic, 1)
     for (size_t n = 0; n < kv_blocks.size(); n++) {
       const Block& blk = kv_blocks[n];
       const int64_t start = cu_seqlens[blk.doc], len = cu_seqlens[blk.doc + 1] - start;
-      const int64_t g = blk.head, rows = blk.end - blk.begin;
+      const int64_t g = blk.head, cols = blk.end - blk.begin;
       const int64_t kv_row0 = (start + blk.begin) * Hkv + g; // (token, kv head) of the first key
-      load_cols(keys_t, k + kv_row0 * D, rows, Hkv * D, D);
-      load_cols(values_t, v + kv_row0 * D, rows, Hkv * D, D);
-      scores.resize(size_t(rows));
-      dprobs.resize(size_t(rows));
-      dk_acc.assign(size_t(rows * D), A(0));
-      dv_acc.assign(size_t(rows * D), A(0));
+      int64_t ldk = 0, ldv = 0, ldq = 0, ldo = 0;
+      const A* kb = rows_as(k + kv_row0 * D, cols, Hkv * D, D, k_buf, ldk);
+      const A* vb = rows_as(v + kv_row0 * D, cols, Hkv * D, D, v_buf, ldv);
+      dk_acc.assign(size_t(cols * D), A(0));
+      dv_acc.assign(size_t(cols * D), A(0));
       for (int64_t h = g * group; h < (g + 1) * group; h++) {
-        for (int64_t i = s.causal ? blk.begin : 0; i < len; i++) {
-          const int64_t row = (start + i) * Hq + h;
-          load_rows(query, q + row * D, 1, D, D);
-          load_rows(grad_out, dout + row * D, 1, D, D);
-          // Keys blk.begin + jj visible from query i.
-          const int64_t visible = (s.causal ? std::min(blk.end, i + 1) : blk.end) - blk.begin;
-          dots(scores.data(), query.data(), keys_t.data(), rows, visible, D);
-          dots(dprobs.data(), grad_out.data(), values_t.data(), rows, visible, D);
-          for (int64_t jj = 0; jj < visible; jj++) {
-            const A p = std::exp(scale * scores[size_t(jj)] - lse[row]);
-            axpy(&dv_acc[size_t(jj * D)], p, grad_out.data(), D);
-            axpy(&dk_acc[size_t(jj * D)], p * (dprobs[size_t(jj)] - delta[size_t(row)]),
-                 query.data(), D);
+        for (int64_t q0 = s.causal ? blk.begin : 0; q0 < len; q0 += kTile) {
+          const int64_t rows = std::min(kTile, len - q0);
+          const int64_t row0 = (start + q0) * Hq + h;
+          const A* qt = rows_as(q + row0 * D, rows, Hq * D, D, q_buf, ldq);
+          const A* dot = rows_as(dout + row0 * D, rows, Hq * D, D, do_buf, ldo);
+          row_lse.resize(size_t(rows));
+          row_delta.resize(size_t(rows));
+          for (int64_t r = 0; r < rows; r++) {
+            row_lse[size_t(r)] = lse[row0 + r * Hq];
+            row_delta[size_t(r)] = delta[size_t(row0 + r * Hq)];
           }
+          gemm(false, true, rows, cols, D, scale, qt, ldq, kb, ldk, A(0), p.data(), cols);
+          gemm(false, true, rows, cols, D, A(1), dot, ldo, vb, ldv, A(0), dp.data(), cols);
+          // dV += P^T dO before P turns into dS (softmax_grad writes dS into dp, keeps P in p).
+          softmax_grad(p.data(), dp.data(), rows, cols, row_lse.data(), row_delta.data(), q0,
+                       blk.begin);
+          gemm(true, false, cols, D, rows, A(1), p.data(), cols, dot, ldo, A(1), dv_acc.data(), D);
+          gemm(true, false, cols, D, rows, A(1), dp.data(), cols, qt, ldq, A(1), dk_acc.data(), D);
         }
       }
-      for (int64_t jj = 0; jj < rows; jj++)
+      for (int64_t jj = 0; jj < cols; jj++)
         for (int64_t d = 0; d < D; d++) {
           const int64_t at = (kv_row0 + jj * Hkv) * D + d;
           dk[at] = from_acc<T>(scale * dk_acc[size_t(jj * D + d)]);

@@ -6,6 +6,9 @@
 //  * a packed batch of documents vs one call per document (bit-identical in f32 as well).
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "src/core/ops.h"
@@ -190,6 +193,48 @@ TEST_CASE("attention: matches a double-loop reference", "[compose]") {
     check_against_reference({9, 3, 1, 80, {0, 1, 4, 9}, causal, 1.0 / std::sqrt(80.0)}, 40);
     // A 130-token document spans three 64-row blocks of the CPU kernel.
     check_against_reference({133, 2, 1, 8, {0, 130, 133}, causal, 0.5}, 50);
+  }
+}
+
+TEST_CASE("attention: long documents span several key tiles of the CPU kernel", "[compose]") {
+  // 600 tokens: 3 tiles of 256 keys (the online softmax rescales across them) and 10 blocks of 64
+  // rows; the 257-token document ends one key into its second tile.
+  for (bool causal : {true, false})
+    check_against_reference({857, 4, 2, 16, {0, 600, 857}, causal, 0.25}, 70);
+}
+
+TEST_CASE("attention: f32 is bit-identical for any thread count and within 1e-5 of f64",
+          "[compose]") {
+  const std::vector<int32_t> cu{0, 700, 703};
+  const int threads = std::max(2, omp_get_max_threads());
+  for (bool causal : {true, false}) {
+    INFO("causal=" << causal);
+    std::vector<std::vector<double>> runs[2];
+    for (int pass = 0; pass < 2; pass++) {
+      omp_set_num_threads(pass == 0 ? 1 : threads);
+      Tensor q = rnd({703, 4, 64}, 80, DType::f32), k = rnd({703, 2, 64}, 81, DType::f32),
+             v = rnd({703, 2, 64}, 82, DType::f32);
+      Rng rng(83);
+      Tensor dout = Tensor::randn({703, 4, 64}, rng, DType::f32);
+      Tensor out = attention(q, k, v, cu_seqlens(cu), causal, 0.125);
+      run_backward({out}, {dout});
+      runs[pass] = {out.to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
+                    v.grad().to_doubles()};
+    }
+    omp_set_num_threads(threads);
+    CHECK(runs[0] == runs[1]);
+    // The same inputs in f64 (the f32 kernel's exp is a polynomial; sums run in f32).
+    auto f64 = [](const Tensor& t) { return leaf(t.detach().to(DType::f64)); };
+    Tensor q = f64(rnd({703, 4, 64}, 80, DType::f32)), k = f64(rnd({703, 2, 64}, 81, DType::f32)),
+           v = f64(rnd({703, 2, 64}, 82, DType::f32));
+    Rng rng(83);
+    Tensor dout = Tensor::randn({703, 4, 64}, rng, DType::f32).to(DType::f64);
+    Tensor out = attention(q, k, v, cu_seqlens(cu), causal, 0.125);
+    run_backward({out}, {dout});
+    CHECK(max_rel_error(runs[0][0], out.to_doubles()) <= 1e-5);
+    CHECK(max_rel_error(runs[0][1], q.grad().to_doubles()) <= 1e-5);
+    CHECK(max_rel_error(runs[0][2], k.grad().to_doubles()) <= 1e-5);
+    CHECK(max_rel_error(runs[0][3], v.grad().to_doubles()) <= 1e-5);
   }
 }
 
