@@ -11,7 +11,7 @@
 // Flash attention on the CPU: tiles of query rows x key rows whose inner products are small dense
 // matrix products (OpenBLAS sgemm / dgemm: its runtime-dispatched AVX2 / AVX-512 / NEON kernels
 // run at GEMM speed whatever this file is compiled for), with the softmax kept online per query
-// row (running max and sum) so no [T, T] matrix is ever held. Work items are blocks of 64 rows of
+// row (running max and sum) so no [T, T] matrix is ever held. Work items are blocks of 128 rows of
 // one document and one head, independent of each other and of the thread count, so results are
 // deterministic: every sum runs in a fixed order (BLAS called on a fixed tile, in one thread
 // inside the parallel region).
