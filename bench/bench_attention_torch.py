@@ -5,7 +5,7 @@ HkvM DK  T ms ...") from a file, times torch on each shape the same way (median 
 warm-up; fp32; causal per document, documents run one after another; backward = forward +
 backward minus forward) and prints both with ratio = torch time / our time (>= 1: ours faster).
 
-  bench_attention_torch.py OURS_OUTPUT [--reps R]
+  bench_attention_torch.py OURS_OUTPUT [--reps R] [--threads N]
 """
 import argparse
 import re
@@ -31,7 +31,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("ours")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = p.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     row = re.compile(r"attention (fwd|bwd) causal\s+(\d+)x(\d+) tok, Hq(\d+) Hkv(\d+) D(\d+)\s+"
                      r"([\d.]+) ms\s+([\d.]+) GFLOP/s")
     ours = {}

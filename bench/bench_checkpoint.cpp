@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/mpi_timing.h"
 #include "io/hdf5_state.h"
 #include "parallel/mpi_env.h"
 #include "src/base/check.h"
@@ -38,28 +39,6 @@ using namespace vlm;
 #if VLM_WITH_HDF5
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median seconds (slowest rank) of `iters` alternating runs of a and b, after one warm-up each.
-std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b,
-                                    int iters) {
-  std::vector<double> ta, tb;
-  for (int i = 0; i < iters + 1; i++)
-    for (int side = 0; side < 2; side++) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const auto t0 = std::chrono::steady_clock::now();
-      (side == 0 ? a : b)();
-      MPI_Barrier(MPI_COMM_WORLD);
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      if (i > 0) (side == 0 ? ta : tb).push_back(s);
-    }
-  return {median(ta), median(tb)};
-}
 
 struct Shard {
   std::string key;
@@ -160,8 +139,8 @@ int main(int argc, char** argv) {
     ::close(fd);
   };
 
-  const auto [w_h5, w_raw] = time_pair(write_h5, write_raw, int(iters));
-  const auto [r_h5, r_raw] = time_pair(read_h5, read_raw, int(iters));
+  const auto [w_h5, w_raw] = bench::time_pair(write_h5, write_raw, int(iters), 1);
+  const auto [r_h5, r_raw] = bench::time_pair(read_h5, read_raw, int(iters), 1);
   if (rank == 0) {
     std::printf("checkpoint I/O: %d rank(s), %.0f MiB in %lld f32 tensors (%.0f MiB per rank), "
                 "%s, median of %lld\n",

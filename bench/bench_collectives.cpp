@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/mpi_timing.h"
 #include "kernels/nccl.h"
 #include "parallel/mpi_env.h"
 #include "parallel/process_group.h"
@@ -31,28 +32,6 @@
 using namespace vlm;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median seconds of `iters` runs of each of a and b, alternating, every rank starting together.
-std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b,
-                                    int iters) {
-  std::vector<double> ta, tb;
-  for (int i = 0; i < iters + 2; i++) {
-    for (int side = 0; side < 2; side++) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const auto t0 = std::chrono::steady_clock::now();
-      (side == 0 ? a : b)();
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); // the slowest rank
-      if (i >= 2) (side == 0 ? ta : tb).push_back(s);
-    }
-  }
-  return {median(ta), median(tb)};
-}
 
 // The bench's own NCCL communicator and stream (the raw side on CUDA).
 struct RawNccl {
@@ -170,7 +149,7 @@ int main(int argc, char** argv) {
                       gather_factor});
     }
     for (const Row& r : rows) {
-      const auto [ours, raw] = time_pair(r.ours, r.raw, int(iters));
+      const auto [ours, raw] = bench::time_pair(r.ours, r.raw, int(iters), 2);
       const double gb = double(total) * 4 / 1e9;
       if (w.rank == 0)
         std::printf("%-20s %10lld %12.3f %12.3f %12.1f %7.2fx\n", r.name, (long long)(total * 4),

@@ -17,14 +17,7 @@ trap 'rm -f "$out"' EXIT
 "$bin" "$@" | tee "$out"
 echo
 if python3 -c "import torch" 2>/dev/null; then
-  python3 -c "import torch; torch.set_num_threads($threads)" # fails early on a broken install
-  python3 - "$root/bench/bench_attention_torch.py" "$out" "$threads" <<'PY'
-import runpy, sys, torch
-script, ours, threads = sys.argv[1:]
-torch.set_num_threads(int(threads))
-sys.argv = [script, ours]
-runpy.run_path(script, run_name="__main__")
-PY
+  python3 "$root/bench/bench_attention_torch.py" "$out" --threads "$threads"
 else
   echo "torch is not importable: the torch SDPA comparison is skipped (pip install torch)"
 fi

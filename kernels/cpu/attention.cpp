@@ -204,6 +204,17 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
     delta[size_t(row)] = acc;
   }
 
+  // lse and delta of `rows` query rows of one head from (token, head) row `row0` on.
+  auto gather_rows = [&](std::vector<A>& row_lse, std::vector<A>& row_delta, int64_t row0,
+                         int64_t rows) {
+    row_lse.resize(size_t(rows));
+    row_delta.resize(size_t(rows));
+    for (int64_t r = 0; r < rows; r++) {
+      row_lse[size_t(r)] = lse[row0 + r * Hq];
+      row_delta[size_t(r)] = delta[size_t(row0 + r * Hq)];
+    }
+  };
+
   // dS = P ⊙ (dP - delta) in place of dP, with P = exp(S - lse) recomputed in place of S; rows
   // r < rows of a [rows, cols] tile, row r seeing keys [k0, k0 + visible(r)).
   auto softmax_grad = [&](A* p, A* dp, int64_t rows, int64_t cols, const A* row_lse,
@@ -232,12 +243,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
       int64_t ldq = 0, ldo = 0, ldk = 0, ldv = 0;
       const A* qb = rows_as(q + row0 * D, rows, Hq * D, D, q_buf, ldq);
       const A* dob = rows_as(dout + row0 * D, rows, Hq * D, D, do_buf, ldo);
-      row_lse.resize(size_t(rows));
-      row_delta.resize(size_t(rows));
-      for (int64_t r = 0; r < rows; r++) {
-        row_lse[size_t(r)] = lse[row0 + r * Hq];
-        row_delta[size_t(r)] = delta[size_t(row0 + r * Hq)];
-      }
+      gather_rows(row_lse, row_delta, row0, rows);
       acc.assign(size_t(rows * D), A(0));
       const int64_t n_keys = s.causal ? blk.end : len;
       for (int64_t k0 = 0; k0 < n_keys; k0 += kTile) {
@@ -280,12 +286,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
           const int64_t row0 = (start + q0) * Hq + h;
           const A* qt = rows_as(q + row0 * D, rows, Hq * D, D, q_buf, ldq);
           const A* dot = rows_as(dout + row0 * D, rows, Hq * D, D, do_buf, ldo);
-          row_lse.resize(size_t(rows));
-          row_delta.resize(size_t(rows));
-          for (int64_t r = 0; r < rows; r++) {
-            row_lse[size_t(r)] = lse[row0 + r * Hq];
-            row_delta[size_t(r)] = delta[size_t(row0 + r * Hq)];
-          }
+          gather_rows(row_lse, row_delta, row0, rows);
           gemm(false, true, rows, cols, D, scale, qt, ldq, kb, ldk, A(0), p.data(), cols);
           gemm(false, true, rows, cols, D, A(1), dot, ldo, vb, ldv, A(0), dp.data(), cols);
           // dV += P^T dO before P turns into dS (softmax_grad writes dS into dp, keeps P in p).
