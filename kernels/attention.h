@@ -11,9 +11,10 @@
 // recomputes P = exp(s - lse) from it (flash-attention style, O(T) memory):
 //   D_i = dO_i · O_i,  dP = dO V^T,  dS = P ⊙ (dP - D_i),
 //   dQ = scale · dS K,  dK = scale · dS^T Q,  dV = P^T dO
-// with dK/dV summed over the query heads that share a kv head. Work is split into blocks of
-// rows (queries in the forward and for dQ, keys for dK/dV), so no two threads write the same
-// element and results do not depend on the thread count.
+// with dK/dV summed over the query heads that share a kv head. No two threads write the same
+// element and no sum's order depends on the thread count, so results do not either (CPU: the
+// forward splits work by blocks of query rows, the backward by (document, query head), each
+// with its own dK/dV summed over the group afterwards; CUDA: below).
 #pragma once
 
 #include <cstdint>

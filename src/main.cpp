@@ -10,6 +10,17 @@
 #include "src/train/cli.h"
 
 int main(int argc, char** argv) {
+#if defined(VLM_CPU_ARCH) && (defined(__x86_64__) || defined(_M_X64))
+  // The kernels are built for VLM_CPU_ARCH (x86-64-v3 by default: AVX2 + FMA); say so rather
+  // than die of an illegal instruction on an older CPU.
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::fprintf(stderr,
+                 "error: vlmtrain was built for %s (AVX2, FMA), which this CPU lacks; "
+                 "rebuild with cmake -DVLM_CPU_ARCH=x86-64\n",
+                 VLM_CPU_ARCH);
+    return 1;
+  }
+#endif
   try {
     return vlm::train::run_cli(argc, argv);
   } catch (const std::exception& e) {

@@ -197,8 +197,9 @@ TEST_CASE("attention: matches a double-loop reference", "[compose]") {
 }
 
 TEST_CASE("attention: long documents span several key tiles of the CPU kernel", "[compose]") {
-  // 600 tokens: 2 tiles of the CPU kernel's 512 keys (the online softmax rescales across them)
-  // and 5 blocks of its 128 rows; the 257-token document ends one key into its third block.
+  // 600 tokens: 3 tiles of the CPU forward's 256 keys (the online softmax rescales across them),
+  // 5 of the backward's 128 and 5 blocks of 128 rows; the 257-token document ends one key into
+  // its third block.
   for (bool causal : {true, false})
     check_against_reference({857, 4, 2, 16, {0, 600, 857}, causal, 0.25}, 70);
 }

@@ -45,7 +45,8 @@ TEST_CASE("attention: gradient causal and bidirectional, MHA and GQA", "[grad]")
 }
 
 TEST_CASE("attention: gradient odd head dim and a long document", "[grad]") {
-  // D = 5 and a 140-token document span two of the CPU kernel's 128-row blocks.
+  // D = 5 and a 140-token document span two of the CPU kernel's 128-row blocks (and two of the
+  // backward's 128-key tiles).
   Tensor cu = cu_seqlens({0, 140, 142});
   auto q = rnd({142, 2, 5}, 31), k = rnd({142, 1, 5}, 32), v = rnd({142, 1, 5}, 33);
   gradcheck("long causal", [&](auto& in) { return attention(in[0], in[1], in[2], cu, true, 0.45); },
