@@ -4,7 +4,9 @@
 # (attn_implementation "sdpa", fp32, torch.optim.AdamW(fused=False), clip_grad_norm_) on the same
 # model shape and the same packed batch, with the same thread count, for two configs:
 #   tiny   T1 of qwen-models.md §8: H 64, L 2, Hq 4, Hkv 2, D 32, I 128, vocab 512, seq 256, 3 docs
-#   small  H 512, L 8, Hq 8, Hkv 4, D 64, I 1536, vocab 32000, seq 1024, 4 docs
+#   small       H 512, L 8, Hq 8, Hkv 4, D 64, I 1536, vocab 32000, seq 1024, 4 docs
+#   small-1doc  the same, seq 1024 in one document (attention over 1024 keys)
+#   long        the same, seq 4096 in one document (attention dominates: issue 15)
 # Each side reports the median step time over K timed steps after W warm-up steps; the table gives
 # tokens/s of both and ours / torch (target >= 1.0, goal 2.0).
 #
@@ -20,8 +22,9 @@
 #
 # Usage: bench/bench_train_step.sh [build_dir]   (default: build; needs bench/bench_train_step)
 #   THREADS        threads of both sides (OMP_NUM_THREADS, torch.set_num_threads); default nproc
-#   TINY_STEPS, TINY_WARMUP, SMALL_STEPS, SMALL_WARMUP   timed / warm-up steps (20, 3, 3, 1)
-#   CONFIGS        "tiny small" (default) or a subset
+#   TINY_STEPS, TINY_WARMUP, SMALL_STEPS, SMALL_WARMUP   timed / warm-up steps (20, 3, 3, 1;
+#                  the SMALL ones for small, small-1doc and long)
+#   CONFIGS        "tiny small small-1doc long" (default) or a subset
 # The torch side is skipped, with a message, when torch or transformers cannot be imported
 # (pip install torch transformers).
 set -euo pipefail
@@ -36,10 +39,14 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$t
 declare -A shape=(
   [tiny]="--hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ffn 128 --vocab 512 --seq 256 --docs 3"
   [small]="--hidden 512 --layers 8 --heads 8 --kv-heads 4 --head-dim 64 --ffn 1536 --vocab 32000 --seq 1024 --docs 4"
+  [small-1doc]="--hidden 512 --layers 8 --heads 8 --kv-heads 4 --head-dim 64 --ffn 1536 --vocab 32000 --seq 1024 --docs 1"
+  [long]="--hidden 512 --layers 8 --heads 8 --kv-heads 4 --head-dim 64 --ffn 1536 --vocab 32000 --seq 4096 --docs 1"
 )
 declare -A runs=(
   [tiny]="--steps ${TINY_STEPS:-20} --warmup ${TINY_WARMUP:-3}"
   [small]="--steps ${SMALL_STEPS:-3} --warmup ${SMALL_WARMUP:-1}"
+  [small-1doc]="--steps ${SMALL_STEPS:-3} --warmup ${SMALL_WARMUP:-1}"
+  [long]="--steps ${SMALL_STEPS:-3} --warmup ${SMALL_WARMUP:-1}"
 )
 
 tmp=$(mktemp -d)
@@ -145,7 +152,7 @@ print(lib.openblas_get_corename().decode())' "$blas" 2>/dev/null || echo "?")
   echo "openblas: $blas, core $core${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 fi
 results=()
-for cfg in ${CONFIGS:-tiny small}; do
+for cfg in ${CONFIGS:-tiny small small-1doc long}; do
   # shellcheck disable=SC2086
   ours=$("$bin" ${shape[$cfg]} ${runs[$cfg]})
   echo "$cfg ours:  $ours"
@@ -159,19 +166,19 @@ python3 - "${results[@]}" <<'EOF'
 import json, sys
 a = sys.argv[1:]
 print()
-print(f"{'config':<8} {'ours tok/s':>12} {'torch tok/s':>12} {'ratio':>7}   "
+print(f"{'config':<10} {'ours tok/s':>12} {'torch tok/s':>12} {'ratio':>7}   "
       f"{'ours ms':>9} {'torch ms':>9} {'best-step ratio':>16}   loss first -> last (ours | torch)")
 skipped = None
 for i in range(0, len(a), 3):
     cfg, ours, ref = a[i], json.loads(a[i + 1]), json.loads(a[i + 2])
     if "skipped" in ref:
         skipped = ref["skipped"]
-        print(f"{cfg:<8} {ours['tokens_per_s']:>12.0f} {'-':>12} {'-':>7}   "
+        print(f"{cfg:<10} {ours['tokens_per_s']:>12.0f} {'-':>12} {'-':>7}   "
               f"{ours['step_ms']:>9.1f} {'-':>9} {'-':>16}   "
               f"{ours['loss_first']:.3f} -> {ours['loss_last']:.3f}")
         continue
     ratio = ours["tokens_per_s"] / ref["tokens_per_s"]
-    print(f"{cfg:<8} {ours['tokens_per_s']:>12.0f} {ref['tokens_per_s']:>12.0f} {ratio:>6.2f}x   "
+    print(f"{cfg:<10} {ours['tokens_per_s']:>12.0f} {ref['tokens_per_s']:>12.0f} {ratio:>6.2f}x   "
           f"{ours['step_ms']:>9.1f} {ref['step_ms']:>9.1f} "
           f"{ref['step_ms_min'] / ours['step_ms_min']:>15.2f}x   "
           f"{ours['loss_first']:.3f} -> {ours['loss_last']:.3f} | "

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cpu/fast_exp.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels::cpu {
@@ -12,12 +13,8 @@ namespace {
 
 constexpr int64_t kParallelMin = 16384; // below this, threading costs more than it saves
 
-// Stable for large |x|: exp never overflows.
-template <typename A> A sigmoid_of(A x) {
-  if (x >= A(0)) return A(1) / (A(1) + std::exp(-x));
-  A e = std::exp(x);
-  return e / (A(1) + e);
-}
+// Stable for large |x| (exp never overflows) and vectorizable: fast_exp.h.
+template <typename A> A sigmoid_of(A x) { return sigmoid(x); }
 
 // Constants of the GELU forms (torch.nn.functional.gelu).
 template <typename A> struct Gelu {

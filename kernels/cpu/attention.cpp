@@ -6,6 +6,9 @@
 #include <new>
 #include <vector>
 
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lane_reduce.h"
+
 // Flash attention on the CPU. Query rows x key rows tiles with the softmax kept online per query
 // row (running max and sum), so no [T, T] matrix is ever held. Every product is a run of register
 // tiles: 6 rows x 2 SIMD vectors of C held in registers while the sum over k streams one operand
@@ -214,67 +217,10 @@ std::vector<Block> make_blocks(const int32_t* cu_seqlens, int64_t docs, int64_t 
   return blocks;
 }
 
-// exp(x) for x <= 0 (scores minus a row's max or lse), in a loop the compiler vectorizes:
-// x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6 Taylor polynomial (relative error
-// < 2e-7, about 1.5 ulp), 2^n from the exponent bits; below -87 the result is 0 (exp(-87) =
-// 1.6e-38 is the smallest normal float's neighbourhood).
-inline float exp_nonpositive(float x) {
-  const float magic = 12582912.0f; // 1.5 · 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504f + magic) - magic;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-6f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (int32_t(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return x < -87.0f ? 0.0f : p * two_n;
-}
-
 // p[j] = exp(s[j] - shift) for j < n, 0 for n <= j < cols.
-void exp_shifted(float* p, const float* s, float shift, int64_t n, int64_t cols) {
-  for (int64_t j = 0; j < n; j++) p[j] = exp_nonpositive(std::max(s[j] - shift, -100.0f));
-  std::fill(p + n, p + cols, 0.0f);
-}
-void exp_shifted(double* p, const double* s, double shift, int64_t n, int64_t cols) {
-  for (int64_t j = 0; j < n; j++) p[j] = std::exp(s[j] - shift); // f64: gradchecks, exact exp
-  std::fill(p + n, p + cols, 0.0);
-}
-
-// max(init, x[0, n)) and the sum of x[0, n) in a fixed order: four vector accumulators over the
-// row, combined lane by lane, then the scalar tail (a plain loop would be one serial chain of
-// dependent adds, as slow as the tile's two products together).
-template <typename A> A max_of(const A* x, int64_t n, A init) {
-  constexpr int64_t L = kLanes<A>;
-  Vec<A> m[4];
-  for (auto& v : m) v = Vec<A>{} + init;
-  int64_t j = 0;
-  for (; j + 4 * L <= n; j += 4 * L)
-    for (int u = 0; u < 4; u++) {
-      const Vec<A> y = load(x + j + u * L);
-      m[u] = y > m[u] ? y : m[u];
-    }
-  A mx = init;
-  for (const auto& v : m)
-    for (int64_t l = 0; l < L; l++) mx = std::max(mx, v[l]);
-  for (; j < n; j++) mx = std::max(mx, x[j]);
-  return mx;
-}
-template <typename A> A sum_of(const A* x, int64_t n) {
-  constexpr int64_t L = kLanes<A>;
-  Vec<A> acc[4] = {};
-  int64_t j = 0;
-  for (; j + 4 * L <= n; j += 4 * L)
-    for (int u = 0; u < 4; u++) acc[u] += load(x + j + u * L);
-  const Vec<A> v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  A sum = 0;
-  for (int64_t l = 0; l < L; l++) sum += v[l];
-  for (; j < n; j++) sum += x[j];
-  return sum;
+template <typename A> void exp_shifted(A* p, const A* s, A shift, int64_t n, int64_t cols) {
+  for (int64_t j = 0; j < n; j++) p[j] = exp_nonpositive(s[j] - shift);
+  std::fill(p + n, p + cols, A(0));
 }
 
 // Keys [k0, k0 + cols) of a document visible from its query row i.
@@ -341,10 +287,11 @@ void attention_fwd(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v,
             std::fill(row, row + cols, A(0));
             continue;
           }
-          const A mx = max_of(row, vis, row_max[size_t(r)]);
+          const A mx = lane_max(
+              vis, [&](int64_t j) { return row[j]; }, row_max[size_t(r)]);
           const A correction = std::exp(row_max[size_t(r)] - mx); // 0 for the first tile
           exp_shifted(row, row, mx, vis, cols);
-          const A sum = sum_of(row, vis);
+          const A sum = lane_sum<A>(vis, [&](int64_t j) { return row[j]; });
           row_sum[size_t(r)] = row_sum[size_t(r)] * correction + sum;
           row_max[size_t(r)] = mx;
           if (correction != A(1))

@@ -3,29 +3,31 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lane_reduce.h"
+
 namespace vlm::kernels::cpu {
 
 namespace {
 
 constexpr int64_t kParallelMin = 16384; // elements; below this one thread is faster
 
-// Max-subtracted logsumexp of one row, in A.
+// Max-subtracted logsumexp of one row, in A (vectorized: lane_reduce.h, fast_exp.h).
 template <typename A, typename T> A row_logsumexp(const T* x, int64_t n) {
-  A mx = -INFINITY;
-  for (int64_t c = 0; c < n; c++) mx = std::max(mx, to_acc<A>(x[c]));
+  const A mx = lane_max(
+      n, [&](int64_t c) { return to_acc<A>(x[c]); }, A(-INFINITY));
   if (std::isinf(mx)) return mx; // all -inf (or a +inf): avoid inf - inf
-  A total = 0;
-  for (int64_t c = 0; c < n; c++) total += std::exp(to_acc<A>(x[c]) - mx);
-  return mx + std::log(total);
+  return mx +
+         std::log(lane_sum<A>(n, [&](int64_t c) { return exp_nonpositive(to_acc<A>(x[c]) - mx); }));
 }
 
 // dx[c] = (softmax(x)[c] - [c == label]) * g for a row (or a vocabulary chunk of it) of n
 // logits whose full-row logsumexp is m; `label` outside [0, n): no -1 term in this chunk.
 template <typename A, typename T>
 void softmax_grad_row(T* dx, const T* x, int64_t n, A m, A g, int64_t label) {
-  for (int64_t c = 0; c < n; c++) dx[c] = from_acc<T>(std::exp(to_acc<A>(x[c]) - m) * g);
+  for (int64_t c = 0; c < n; c++) dx[c] = from_acc<T>(exp_nonpositive(to_acc<A>(x[c]) - m) * g);
   if (label >= 0 && label < n)
-    dx[label] = from_acc<T>((std::exp(to_acc<A>(x[label]) - m) - A(1)) * g);
+    dx[label] = from_acc<T>((exp_nonpositive(to_acc<A>(x[label]) - m) - A(1)) * g);
 }
 
 } // namespace
@@ -70,11 +72,11 @@ void lce_chunk_fwd(acc_t<T>* run_max, acc_t<T>* run_sum, acc_t<T>* target, const
     const T* x = logits + r * chunk;
     const int64_t l = int64_t(labels[r]);
     if (l != ignore_index && l >= v0 && l < v0 + chunk) target[r] = to_acc<A>(x[l - v0]);
-    A cm = -INFINITY;
-    for (int64_t c = 0; c < chunk; c++) cm = std::max(cm, to_acc<A>(x[c]));
+    const A cm = lane_max(
+        chunk, [&](int64_t c) { return to_acc<A>(x[c]); }, A(-INFINITY));
     if (cm == A(-INFINITY)) continue; // nothing to add
-    A cs = 0;
-    for (int64_t c = 0; c < chunk; c++) cs += std::exp(to_acc<A>(x[c]) - cm);
+    const A cs =
+        lane_sum<A>(chunk, [&](int64_t c) { return exp_nonpositive(to_acc<A>(x[c]) - cm); });
     A m = run_max[r];
     if (m == A(-INFINITY)) {
       run_max[r] = cm;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/lane_reduce.h"
+
 namespace vlm::kernels::cpu {
 
 namespace {
@@ -21,22 +23,11 @@ template <typename A, typename T> A load(const T* p, int64_t j) { return to_acc<
 // 1/sqrt(mean(x^2) + eps) over one row.
 template <typename T> acc_t<T> rms_rstd(const T* xr, int64_t dim, double eps) {
   using A = acc_t<T>;
-  A sum_sq = 0;
-  for (int64_t j = 0; j < dim; j++) {
-    A v = load<A>(xr, j);
-    sum_sq += v * v;
-  }
+  const A sum_sq = lane_sum<A>(dim, [&](int64_t j) {
+    const A v = load<A>(xr, j);
+    return v * v;
+  });
   return A(1) / std::sqrt(sum_sq / A(dim) + A(eps));
-}
-
-// The factor an RMSNorm multiplies x̂[j] by (its derivative w.r.t. x̂ as well).
-template <typename A, typename T> A rms_gain(const T* w, RmsNormWeight mode, int64_t j) {
-  switch (mode) {
-  case RmsNormWeight::none: return A(1);
-  case RmsNormWeight::scale: return load<A>(w, j);
-  case RmsNormWeight::offset: return A(1) + load<A>(w, j);
-  }
-  return A(1);
 }
 
 template <typename A> A sigmoid(A v) { return A(1) / (A(1) + std::exp(-v)); }
@@ -81,13 +72,18 @@ void rms_norm_fwd(T* y, acc_t<T>* rstd, const T* x, const T* w, RmsNormWeight mo
     T* yr = y + r * dim;
     A rs = rms_rstd(xr, dim, eps);
     rstd[r] = rs;
-    for (int64_t j = 0; j < dim; j++) {
-      A xhat = load<A>(xr, j) * rs;
-      switch (mode) {
-      case RmsNormWeight::none: yr[j] = from_acc<T>(xhat); break;
-      case RmsNormWeight::scale: yr[j] = from_acc<T>(load<A>(w, j) * round_to<T>(xhat)); break;
-      case RmsNormWeight::offset: yr[j] = from_acc<T>((A(1) + load<A>(w, j)) * xhat); break;
-      }
+    switch (mode) { // one loop per mode: a switch inside would keep the loop scalar
+    case RmsNormWeight::none:
+      for (int64_t j = 0; j < dim; j++) yr[j] = from_acc<T>(load<A>(xr, j) * rs);
+      break;
+    case RmsNormWeight::scale:
+      for (int64_t j = 0; j < dim; j++)
+        yr[j] = from_acc<T>(load<A>(w, j) * round_to<T>(load<A>(xr, j) * rs));
+      break;
+    case RmsNormWeight::offset:
+      for (int64_t j = 0; j < dim; j++)
+        yr[j] = from_acc<T>((A(1) + load<A>(w, j)) * (load<A>(xr, j) * rs));
+      break;
     }
   }
 }
@@ -97,22 +93,26 @@ void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const acc_t
                   RmsNormWeight mode, int64_t rows, int64_t dim) {
   using A = acc_t<T>;
   // dx = rstd * (a - x̂ * mean(a ⊙ x̂)) with a = dy ⊙ gain; dw = Σ_rows dy ⊙ x̂.
+  // gain[j] = w[j] + offset (scale: offset 0; offset: 1), or 1 without a weight (mode none),
+  // converted once: no branch on the mode and no conversion inside the row loops.
+  std::vector<A> gain(size_t(dim), A(1));
+  if (w)
+    for (int64_t j = 0; j < dim; j++)
+      gain[j] = load<A>(w, j) + (mode == RmsNormWeight::offset ? A(1) : A(0));
   auto row_fn = [&](int64_t r, A* dw_acc) {
     const T* xr = x + r * dim;
     const T* dyr = dy + r * dim;
-    A rs = rstd[r];
+    const A* g = gain.data();
+    const A rs = rstd[r];
     if (dw_acc)
       for (int64_t j = 0; j < dim; j++) dw_acc[j] += load<A>(dyr, j) * load<A>(xr, j) * rs;
     if (!dx) return;
-    A dot = 0;
-    for (int64_t j = 0; j < dim; j++)
-      dot += load<A>(dyr, j) * rms_gain<A>(w, mode, j) * load<A>(xr, j) * rs;
-    A c = dot / A(dim);
+    const A c =
+        rs * lane_sum<A>(dim, [&](int64_t j) { return load<A>(dyr, j) * g[j] * load<A>(xr, j); }) /
+        A(dim);
     T* dxr = dx + r * dim;
-    for (int64_t j = 0; j < dim; j++) {
-      A a = load<A>(dyr, j) * rms_gain<A>(w, mode, j);
-      dxr[j] = from_acc<T>(rs * (a - load<A>(xr, j) * rs * c));
-    }
+    for (int64_t j = 0; j < dim; j++)
+      dxr[j] = from_acc<T>(rs * (load<A>(dyr, j) * g[j] - load<A>(xr, j) * rs * c));
   };
   auto dw_sum = rows_with_block_sums<A>(rows, dim, dw ? dim : 0, row_fn);
   if (dw)
@@ -180,14 +180,12 @@ void layer_norm_fwd(T* y, acc_t<T>* mean, acc_t<T>* rstd, const T* x, const T* w
   for (int64_t r = 0; r < rows; r++) {
     const T* xr = x + r * dim;
     T* yr = y + r * dim;
-    A sum = 0;
-    for (int64_t j = 0; j < dim; j++) sum += load<A>(xr, j);
-    A mu = sum / A(dim);
-    A sum_sq = 0; // two passes: the variance of centred values does not cancel
-    for (int64_t j = 0; j < dim; j++) {
-      A d = load<A>(xr, j) - mu;
-      sum_sq += d * d;
-    }
+    A mu = lane_sum<A>(dim, [&](int64_t j) { return load<A>(xr, j); }) / A(dim);
+    // two passes: the variance of centred values does not cancel
+    const A sum_sq = lane_sum<A>(dim, [&](int64_t j) {
+      const A d = load<A>(xr, j) - mu;
+      return d * d;
+    });
     A rs = A(1) / std::sqrt(sum_sq / A(dim) + A(eps));
     mean[r] = mu;
     rstd[r] = rs;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/lane_reduce.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels::cpu {
@@ -42,13 +43,11 @@ template <typename T> double sum_squares(const T* x, int64_t n) {
   constexpr int64_t kBlock = 16384;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   auto block_sum = [&](int64_t b) {
-    double s = 0;
-    const int64_t end = std::min(n, (b + 1) * kBlock);
-    for (int64_t i = b * kBlock; i < end; i++) {
-      const double v = to_acc<double>(x[i]);
-      s += v * v;
-    }
-    return s;
+    const T* xb = x + b * kBlock;
+    return lane_sum<double>(std::min(n - b * kBlock, kBlock), [&](int64_t i) {
+      const double v = to_acc<double>(xb[i]);
+      return v * v;
+    });
   };
   if (blocks <= 1) return blocks == 1 ? block_sum(0) : 0.0;
   std::vector<double> partial(size_t(blocks), 0.0);
