@@ -14,7 +14,8 @@
 // with dK/dV summed over the query heads that share a kv head. No two threads write the same
 // element and no sum's order depends on the thread count, so results do not either (CPU: the
 // forward splits work by blocks of query rows, the backward by (document, query head), each
-// with its own dK/dV summed over the group afterwards; CUDA: below).
+// with its own dK/dV summed over the group afterwards, or, with more threads than those pairs
+// keep busy, by blocks of keys (dK/dV) and of queries (dQ) in the same sums; CUDA: below).
 #pragma once
 
 #include <cstdint>

@@ -239,6 +239,41 @@ TEST_CASE("attention: f32 is bit-identical for any thread count and within 1e-5 
   }
 }
 
+TEST_CASE("attention: with more threads than heads the CPU backward splits by key blocks and "
+          "gives the same bits",
+          "[compose]") {
+  // 16 threads for 2-4 query heads: the backward takes its split plan (items per block of 128
+  // keys for dK/dV and of 128 queries for dQ); one thread takes the per-head plan. Both must
+  // match the f64 reference, and in f32 each other bit for bit.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(16);
+  const std::vector<AttentionProblem> problems{
+      {300, 4, 2, 16, {0, 300}, true, 0.25},
+      {400, 3, 1, 80, {0, 260, 263, 400}, true, 1.0 / std::sqrt(80.0)},
+      {333, 4, 1, 24, {0, 333}, false, 0.2},
+  };
+  for (size_t i = 0; i < problems.size(); i++) {
+    const AttentionProblem& p = problems[i];
+    check_against_reference(p, 90 + 10 * i);
+    std::vector<std::vector<double>> runs[2];
+    for (int pass = 0; pass < 2; pass++) {
+      omp_set_num_threads(pass == 0 ? 1 : 16);
+      Tensor q = rnd({p.T, p.Hq, p.D}, 200 + i, DType::f32),
+             k = rnd({p.T, p.Hkv, p.D}, 210 + i, DType::f32),
+             v = rnd({p.T, p.Hkv, p.D}, 220 + i, DType::f32);
+      Rng rng(230 + i);
+      Tensor dout = Tensor::randn({p.T, p.Hq, p.D}, rng, DType::f32);
+      Tensor out = attention(q, k, v, cu_seqlens(p.cu), p.causal, p.scale);
+      run_backward({out}, {dout});
+      runs[pass] = {out.to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
+                    v.grad().to_doubles()};
+    }
+    INFO("problem " << i);
+    CHECK(runs[0] == runs[1]);
+  }
+  omp_set_num_threads(threads);
+}
+
 TEST_CASE("attention: packed batch equals separate documents", "[compose]") {
   // Packed documents of 5, 0 (empty), 1 and 9 tokens vs one call per document; in f32 the
   // results must be bit-identical, since each row sees the same keys in the same order.
