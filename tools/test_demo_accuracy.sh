@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job in full, as a test: `vlmtrain train` with no --config (configs/demo.toml) trains the
 # tiny Qwen3-VL on a fresh demo dataset and must name the colour and shape of at least 80% of
-# the held-out images (chance is at most 9.4%: the issue's bar). About 75 s on 2 cores.
+# the held-out images (chance is at most 9.4%: the issue's bar). About 105 s on 2 cores.
 #   tools/test_demo_accuracy.sh <path to vlmtrain>
 set -euo pipefail
 bin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
