@@ -163,6 +163,19 @@ void check_against_reference(const AttentionProblem& p, uint64_t seed) {
   CHECK(max_rel_error(v.grad().to_doubles(), ref.dv) <= kTol);
 }
 
+// Output and input gradients of one f32 run with `threads` OpenMP threads.
+std::vector<std::vector<double>> f32_run(const AttentionProblem& p, uint64_t seed, int threads) {
+  omp_set_num_threads(threads);
+  Tensor q = rnd({p.T, p.Hq, p.D}, seed, DType::f32),
+         k = rnd({p.T, p.Hkv, p.D}, seed + 1, DType::f32),
+         v = rnd({p.T, p.Hkv, p.D}, seed + 2, DType::f32);
+  Rng rng(seed + 3);
+  Tensor dout = Tensor::randn({p.T, p.Hq, p.D}, rng, DType::f32);
+  Tensor out = attention(q, k, v, cu_seqlens(p.cu), p.causal, p.scale);
+  run_backward({out}, {dout});
+  return {out.to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(), v.grad().to_doubles()};
+}
+
 } // namespace
 
 TEST_CASE("rope: matches x*cos + rotate_half(x)*sin from primitives", "[compose]") {
@@ -210,18 +223,8 @@ TEST_CASE("attention: f32 is bit-identical for any thread count and within 1e-5 
   const int threads = std::max(2, omp_get_max_threads());
   for (bool causal : {true, false}) {
     INFO("causal=" << causal);
-    std::vector<std::vector<double>> runs[2];
-    for (int pass = 0; pass < 2; pass++) {
-      omp_set_num_threads(pass == 0 ? 1 : threads);
-      Tensor q = rnd({703, 4, 64}, 80, DType::f32), k = rnd({703, 2, 64}, 81, DType::f32),
-             v = rnd({703, 2, 64}, 82, DType::f32);
-      Rng rng(83);
-      Tensor dout = Tensor::randn({703, 4, 64}, rng, DType::f32);
-      Tensor out = attention(q, k, v, cu_seqlens(cu), causal, 0.125);
-      run_backward({out}, {dout});
-      runs[pass] = {out.to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
-                    v.grad().to_doubles()};
-    }
+    const AttentionProblem p{703, 4, 2, 64, cu, causal, 0.125};
+    std::vector<std::vector<double>> runs[2] = {f32_run(p, 80, 1), f32_run(p, 80, threads)};
     omp_set_num_threads(threads);
     CHECK(runs[0] == runs[1]);
     // The same inputs in f64 (the f32 kernel's exp is a polynomial; sums run in f32).
@@ -255,19 +258,8 @@ TEST_CASE("attention: with more threads than heads the CPU backward splits by ke
   for (size_t i = 0; i < problems.size(); i++) {
     const AttentionProblem& p = problems[i];
     check_against_reference(p, 90 + 10 * i);
-    std::vector<std::vector<double>> runs[2];
-    for (int pass = 0; pass < 2; pass++) {
-      omp_set_num_threads(pass == 0 ? 1 : 16);
-      Tensor q = rnd({p.T, p.Hq, p.D}, 200 + i, DType::f32),
-             k = rnd({p.T, p.Hkv, p.D}, 210 + i, DType::f32),
-             v = rnd({p.T, p.Hkv, p.D}, 220 + i, DType::f32);
-      Rng rng(230 + i);
-      Tensor dout = Tensor::randn({p.T, p.Hq, p.D}, rng, DType::f32);
-      Tensor out = attention(q, k, v, cu_seqlens(p.cu), p.causal, p.scale);
-      run_backward({out}, {dout});
-      runs[pass] = {out.to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
-                    v.grad().to_doubles()};
-    }
+    std::vector<std::vector<double>> runs[2] = {f32_run(p, 200 + 10 * i, 1),
+                                                f32_run(p, 200 + 10 * i, 16)};
     INFO("problem " << i);
     CHECK(runs[0] == runs[1]);
   }
