@@ -3,7 +3,8 @@
 # the same ~2 MB multilingual corpus, one document per line, and the ratio (target >= 1.5x).
 # Both sides are timed in CPU seconds of their process, single-threaded.
 # Usage: bench/bench_tokenizer.sh [build_dir]   (default: build; needs bench/bench_tokenizer)
-#   VLM_TOKENIZER   tokenizer.json or its directory (default: ../shared/data/qwen3-tokenizer)
+#   VLM_TOKENIZER   tokenizer.json or its directory (default: build/test_data/qwen3-tokenizer,
+#                   unpacked from tests/data/qwen3-tokenizer by CMake)
 #   CORPUS          a UTF-8 text file to use instead of the generated corpus
 # The corpus is made from the translated messages of the machine's gettext catalogs
 # (/usr/share/locale/<lang>/LC_MESSAGES/*.mo, 19 languages + English): real multilingual UI text
@@ -14,7 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 bin=$build/bench/bench_tokenizer
-tok=${VLM_TOKENIZER:-$root/../shared/data/qwen3-tokenizer}
+tok=${VLM_TOKENIZER:-$root/build/test_data/qwen3-tokenizer}
 [[ -x $bin ]] || { echo "bench_tokenizer: $bin not built (cmake -DVLM_BUILD_BENCH=ON)" >&2; exit 1; }
 [[ -e $tok ]] || { echo "bench_tokenizer: no tokenizer at $tok (set VLM_TOKENIZER)" >&2; exit 1; }
 [[ -d $tok ]] && tok=$tok/tokenizer.json

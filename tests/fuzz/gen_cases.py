@@ -193,8 +193,8 @@ class Gen:
         return ["@BIN@", "data", "inspect", ds, "--tokenizer", tok or self.tok]
 
     def pack(self, ds, d):
-        # With the real Qwen tokenizer (the shared test data); without one the pack cases are left
-        # out (see commands()).
+        # With the real Qwen tokenizer (tests/data/qwen3-tokenizer); without one the pack cases
+        # are left out (see commands()).
         return ["@BIN@", "data", "pack", ds, "--tokenizer", self.qwen, "--seq-len", "128",
                 "--threads", "1", "--out", os.path.join(d, "plan.bin")]
 

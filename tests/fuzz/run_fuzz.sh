@@ -21,7 +21,8 @@ bin="$(realpath "${1:?usage: run_fuzz.sh [--asan] <vlmtrain> [qwen tokenizer dir
 shift
 qwen=""
 if [[ $# -gt 0 && "$1" != "--" ]]; then
-  [[ -e $1/tokenizer.json || -f $1 ]] && qwen="$(realpath "$1")"
+  [[ -e $1/tokenizer.json || -f $1 ]] || { echo "run_fuzz: no tokenizer at $1" >&2; exit 1; }
+  qwen="$(realpath "$1")"
   shift
 fi
 [[ "${1:-}" == "--" ]] && shift

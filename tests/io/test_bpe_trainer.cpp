@@ -33,7 +33,7 @@ namespace unicode = vlm::io::unicode;
 namespace {
 
 const std::string kDataDir = std::string(VLM_SOURCE_DIR) + "/tests/data/bpe/";
-const std::string kQwenDir = std::string(VLM_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer";
+const std::string kQwenDir = std::string(VLM_QWEN3_TOKENIZER_DIR);
 
 // The special tokens of the golden tokenizer in tests/data/bpe/ and its size.
 const std::vector<std::string> kGoldenSpecials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};

@@ -14,7 +14,7 @@ using namespace vlm::io;
 namespace {
 
 std::string tokenizer_path() {
-  return std::string(VLM_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer/tokenizer.json";
+  return std::string(VLM_QWEN3_TOKENIZER_DIR) + "/tokenizer.json";
 }
 
 RawSample make_sample(const std::string& key, const std::map<std::string, std::string>& parts,

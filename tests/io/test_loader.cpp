@@ -34,7 +34,7 @@ using vlm::testing::error_of;
 
 namespace {
 
-const std::string kTokenizer = std::string(VLM_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer";
+const std::string kTokenizer = std::string(VLM_QWEN3_TOKENIZER_DIR);
 const std::string kImages = std::string(VLM_SOURCE_DIR) + "/tests/data/images/";
 
 const Tokenizer& qwen() {

@@ -1,5 +1,5 @@
 // The Qwen tokenizer against HF `tokenizers` (golden files made by tools/golden/gen_tokenizer.py
-// from the real Qwen3 tokenizer.json in ../shared/data/qwen3-tokenizer and from a small
+// from the real Qwen3 tokenizer.json of tests/data/qwen3-tokenizer and from a small
 // tokenizer exercising the options the real file leaves at defaults), plus the Unicode helpers.
 #include <unistd.h>
 
@@ -29,15 +29,14 @@ using vlm::testing::error_of;
 namespace {
 
 const std::string kDataDir = std::string(VLM_SOURCE_DIR) + "/tests/data/tokenizer/";
-const std::string kQwenDir = std::string(VLM_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer";
+const std::string kQwenDir = std::string(VLM_QWEN3_TOKENIZER_DIR);
 
-// The real Qwen3 tokenizer, loaded once per process. Its absence is a failure, not a skip: CI
-// runs with shared/ beside the repository.
+// The real Qwen3 tokenizer (tests/data/qwen3-tokenizer, unpacked by CMake into the build folder),
+// loaded once per process. Its absence is a failure, not a skip.
 const Tokenizer& qwen() {
   static const Tokenizer tok = [] {
-    INFO("the real Qwen3 tokenizer is expected at " << kQwenDir
-                                                    << "/tokenizer.json (the shared folder "
-                                                       "beside the repository)");
+    INFO("the real Qwen3 tokenizer is expected at "
+         << kQwenDir << "/tokenizer.json (unpacked from tests/data/qwen3-tokenizer by CMake)");
     REQUIRE(fs::exists(kQwenDir + "/tokenizer.json"));
     return Tokenizer::from_file(kQwenDir);
   }();

@@ -18,9 +18,11 @@ bash "$root/tools/fuzz/build.sh" "$out" || exit 1
 rm -rf "$out/seeds"
 python3 "$root/tools/fuzz/make_seeds.py" "$out/seeds" || exit 1
 
-# The chat and tokenizer targets encode with a real Qwen tokenizer when one is there.
-tok="$root/../shared/data/qwen3-tokenizer/tokenizer.json"
-[[ -f $tok ]] || tok="$root/tests/data/tokenizer/mini.json"
+# The chat and tokenizer targets encode with the real Qwen tokenizer (tests/data/qwen3-tokenizer).
+cmake -E make_directory "$out/qwen3-tokenizer" &&
+  (cd "$out/qwen3-tokenizer" && cmake -E tar xf "$root/tests/data/qwen3-tokenizer/tokenizer.json.tar.xz") ||
+  exit 1
+tok="$out/qwen3-tokenizer/tokenizer.json"
 export VLM_FUZZ_TOKENIZER="${VLM_FUZZ_TOKENIZER:-$tok}"
 # Leak checking needs ptrace, which containers often lack; every other report aborts.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"

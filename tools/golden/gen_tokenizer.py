@@ -13,7 +13,8 @@ Writes under tests/data/tokenizer/:
                 with lstrip / rstrip / single_word / normalized, "a b" string merges and
                 ignore_merges with vocabulary words no merge makes
   mini.jsonl    {"case": "encode", ...} lines for mini.json
-The real tokenizer is read from ../shared/data/qwen3-tokenizer/ beside the repository.
+The real tokenizer is read from build/test_data/qwen3-tokenizer/ (CMake unpacks
+tests/data/qwen3-tokenizer/tokenizer.json.tar.xz there).
 
 Usage: pip install tokenizers==0.23.3 && python3 tools/golden/gen_tokenizer.py
 """
@@ -26,7 +27,7 @@ import tokenizers
 from tokenizers import Tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SRC = os.path.join(REPO, "..", "shared", "data", "qwen3-tokenizer", "tokenizer.json")
+SRC = os.path.join(REPO, "build", "test_data", "qwen3-tokenizer", "tokenizer.json")
 OUT = os.path.join(REPO, "tests", "data", "tokenizer")
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
@@ -258,7 +259,7 @@ def mini_texts():
 
 def main():
     if not os.path.exists(SRC):
-        sys.exit(f"gen_tokenizer: {SRC} not found (the shared folder beside the repository)")
+        sys.exit(f"gen_tokenizer: {SRC} not found (configure the build first: tools/build.sh)")
     os.makedirs(OUT, exist_ok=True)
     tok = Tokenizer.from_file(SRC)
     hello = tok.encode("Hello, my dog is cute", add_special_tokens=False).ids
@@ -268,7 +269,7 @@ def main():
     texts = handwritten() + fuzz(150, 1)
     rows = encode_rows(tok, texts) + decode_rows(tok) + split_rows(texts + fuzz(300, 2))
     meta = {"case": "meta", "generator": "tools/golden/gen_tokenizer.py",
-            "tokenizers": tokenizers.__version__, "source": "shared/data/qwen3-tokenizer"}
+            "tokenizers": tokenizers.__version__, "source": "tests/data/qwen3-tokenizer"}
     write_jsonl(os.path.join(OUT, "golden.jsonl"), [meta] + rows)
 
     mini = mini_tokenizer(full)
