@@ -57,7 +57,7 @@ void fsync_file(const std::string& path) {
 } // namespace
 
 int main(int argc, char** argv) {
-  const parallel::MpiWorld& world = parallel::mpi_world();
+  const parallel::MpiWorld& world = parallel::require_mpi();
   int64_t mib = 1024, tensors = 64, iters = 3;
   std::string dir = std::filesystem::temp_directory_path().string();
   for (int i = 1; i + 1 < argc; i += 2) {

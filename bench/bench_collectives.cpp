@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const parallel::MpiWorld& w = parallel::mpi_world();
+  const parallel::MpiWorld& w = parallel::require_mpi();
   auto g = parallel::world_group();
   const int n = w.size;
   const bool cuda = device_name == "cuda";

@@ -195,7 +195,7 @@ double timed(ProcessGroup& world, Device device, const std::function<void()>& fn
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    const parallel::MpiWorld& w = parallel::mpi_world();
+    const parallel::MpiWorld& w = parallel::require_mpi();
     const int n = w.size;
     const int64_t replicas = o.layout == "ddp" ? n : o.layout == "hsdp" ? 2 : 1;
     VLM_CHECK(n % replicas == 0, "bench_fsdp_step: --layout hsdp needs an even number of ranks");

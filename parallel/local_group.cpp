@@ -56,7 +56,11 @@ std::unique_ptr<Work> LocalProcessGroup::reduce_scatter_async(const Tensor& out,
 }
 
 std::unique_ptr<ProcessGroup> LocalProcessGroup::split(int, int, const std::string&) const {
-  VLM_FAIL("LocalProcessGroup: split is not supported");
+  // One rank (a process without MPI: the mesh of a world of one) splits into itself; the ranks of
+  // a larger stand-in group have no peers to agree on sub-groups with.
+  VLM_CHECK(size_ == 1, "LocalProcessGroup: split of a stand-in group of ", size_,
+            " ranks is not supported");
+  return std::make_unique<LocalProcessGroup>(0, 1);
 }
 
 } // namespace vlm::parallel

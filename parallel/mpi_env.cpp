@@ -3,6 +3,8 @@
 #include "parallel/mpi.h"
 
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 
 #include "src/base/check.h"
 #include "src/base/logging.h"
@@ -27,6 +29,7 @@ MpiWorld init_world() {
     });
   }
   MpiWorld w;
+  w.mpi = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &w.size);
   MPI_Comm node;
@@ -38,11 +41,42 @@ MpiWorld init_world() {
   return w;
 }
 
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+std::optional<MpiWorld>& settled() {
+  static std::optional<MpiWorld> world;
+  return world;
+}
+
 } // namespace
 
+bool launched_by_mpi() {
+  if (const char* v = std::getenv("VLM_MPI"); v && std::strcmp(v, "1") == 0) return true;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
+                           "SLURM_STEP_NUM_TASKS", "MPI_LOCALNRANKS"})
+    if (env_set(name)) return true;
+  return false;
+}
+
 const MpiWorld& mpi_world() {
-  static const MpiWorld world = init_world();
-  return world;
+  std::optional<MpiWorld>& w = settled();
+  if (!w) {
+    int initialized = 0;
+    MPI_Initialized(&initialized); // a program that initialized MPI itself
+    w = initialized || launched_by_mpi() ? init_world() : MpiWorld{};
+  }
+  return *w;
+}
+
+const MpiWorld& require_mpi() {
+  std::optional<MpiWorld>& w = settled();
+  if (!w) w = init_world();
+  VLM_CHECK(w->mpi, "MPI is needed here, but this process already runs as a world of one without "
+                    "MPI (no launcher: start it with mpirun or srun, or set VLM_MPI=1)");
+  return *w;
 }
 
 void abort_job_if_parallel(int code) {

@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "kernels/nccl.h"
+#include "parallel/local_group.h"
 #include "parallel/mpi_env.h"
 #include "parallel/watchdog.h"
 #include "src/base/check.h"
@@ -418,7 +419,8 @@ std::vector<std::string> ProcessGroup::all_gather_strings(const std::string& min
 }
 
 std::unique_ptr<ProcessGroup> world_group() {
-  mpi_world();
+  // A process without a launcher is a world of one: its collectives are copies, without MPI.
+  if (!mpi_world().mpi) return std::make_unique<LocalProcessGroup>(0, 1);
   return std::make_unique<MpiProcessGroup>(MPI_COMM_WORLD, "world");
 }
 

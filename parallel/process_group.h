@@ -72,7 +72,8 @@ public:
                                               const std::string& name = "") const = 0;
 };
 
-// All ranks of the job (MPI_COMM_WORLD; MPI is initialized on first use, parallel/mpi_env.h).
+// All ranks of the job (MPI_COMM_WORLD; MPI is initialized on first use, parallel/mpi_env.h); in
+// a process without a launcher, a world of one without MPI (a LocalProcessGroup of one rank).
 std::unique_ptr<ProcessGroup> world_group();
 
 } // namespace vlm::parallel

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "parallel/local_group.h"
+#include "parallel/mpi_env.h"
 #include "src/core/ops/elementwise.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tests/mpi/fsdp_fixture.h"
@@ -63,6 +64,7 @@ void check_close(const RunResult& gpu_run, const RunResult& cpu_run) {
 
 TEST_CASE("gpu process group: NCCL collectives of one rank, ordered with the current stream") {
   require_device();
+  parallel::require_mpi(); // a world of one over MPI: its CUDA collectives go through NCCL
   auto g = parallel::world_group();
   REQUIRE(g->size() == 1);
   for (DType dtype : {DType::f32, DType::bf16}) {
@@ -87,6 +89,7 @@ TEST_CASE("gpu fsdp: one rank and two stand-in ranks on CUDA match the CPU, ever
   require_device();
   for (const Family& f : all_families()) {
     INFO(f.name);
+    parallel::require_mpi();
     auto world = parallel::world_group(); // one rank: the DDP path (no gather, no release)
     check_close(run_on(kGpu, f, *world), run_on(Device::cpu(), f, *world));
     parallel::LocalProcessGroup two(1, 2); // rank 1 of 2: every multi-rank path of FSDP

@@ -8,7 +8,7 @@
 #include "parallel/mpi_env.h"
 
 int main(int argc, char** argv) {
-  vlm::parallel::mpi_world(); // MPI up before any test; finalized at exit
+  vlm::parallel::require_mpi(); // MPI up before any test (even with -np 1); finalized at exit
   const int failed = Catch::Session().run(argc, argv);
   int worst = 0;
   MPI_Allreduce(&failed, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
