@@ -19,6 +19,11 @@ bool hdf5_state_available() { return true; }
 namespace {
 
 constexpr const char* kVersionAttr = "vlmtrain_checkpoint_version";
+constexpr int kMaxStoredDims = 8;
+constexpr hsize_t kMaxStoredElements = hsize_t(1) << 48;
+// A JSON document (/state, /config, /hf_config) is small: the loader states of every
+// data-parallel rank are the largest part (a few KiB per rank).
+constexpr size_t kMaxJsonBytes = size_t(1) << 30;
 constexpr hsize_t kAlignment = hsize_t(1) << 20; // see the header: parallel file systems
 
 // An HDF5 handle closed by its own close function when it goes out of scope.
@@ -131,25 +136,44 @@ Tensor host_bytes(const Tensor& t) {
 // first move every byte between ranks to aggregators, which only pays for many small pieces:
 // measured with bench/bench_checkpoint on 4 ranks, collective wrote at 0.49x pwrite()'s speed,
 // independent at 0.92x. Metadata (dataset creation) stays collective (the file access list).
-H5Handle data_transfer() {
+H5Handle data_transfer(bool mpi) {
   H5Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
+  if (mpi) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
   return dxpl;
+}
+
+// MPI-IO over `comm` when MPI runs; in a process without MPI (parallel/mpi_env.h: no launcher)
+// HDF5's POSIX driver, the file being this process's alone.
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+H5Handle file_access(MPI_Comm comm, bool mpi) {
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (mpi)
+    H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
+  else
+    H5Pset_fapl_sec2(fapl.get());
+  return fapl;
 }
 
 } // namespace
 
 // --- writer ------------------------------------------------------------------------------------
 
-Hdf5StateWriter::Hdf5StateWriter(const std::string& path, MPI_Comm comm) : path_(path) {
+Hdf5StateWriter::Hdf5StateWriter(const std::string& path, MPI_Comm comm)
+    : path_(path), mpi_(mpi_running()) {
   silence_hdf5();
-  MPI_Comm_rank(comm, &rank_);
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
+  if (mpi_) MPI_Comm_rank(comm, &rank_);
+  H5Handle fapl = file_access(comm, mpi_);
   H5Pset_alignment(fapl.get(), kAlignment, kAlignment);
-  // Metadata (groups, dataset headers) written collectively, not by every rank on its own.
-  H5Pset_all_coll_metadata_ops(fapl.get(), true);
-  H5Pset_coll_metadata_write(fapl.get(), true);
+  if (mpi_) { // metadata (groups, dataset headers) written collectively, not by every rank alone
+    H5Pset_all_coll_metadata_ops(fapl.get(), true);
+    H5Pset_coll_metadata_write(fapl.get(), true);
+  }
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   VLM_H5_CHECK(file_ >= 0, "checkpoint: cannot create '", path, "'");
   const int version = kHdf5StateVersion;
@@ -220,7 +244,7 @@ void Hdf5StateWriter::write_selection(int64_t dataset, const std::string& key,
     H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
                         nullptr);
   }
-  H5Handle dxpl = data_transfer();
+  H5Handle dxpl = data_transfer(mpi_);
   H5Handle file_type(H5Dget_type(ds.get()), H5Tclose); // stored as in memory: no conversion
   const herr_t ok = H5Dwrite(ds.get(), file_type.get(), mem_space.get(), file_space.get(),
                              dxpl.get(), n > 0 ? bytes.data_ptr() : nullptr);
@@ -269,7 +293,7 @@ void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& v
     H5Sselect_none(file_space.get());
     H5Sselect_none(mem_space.get());
   }
-  H5Handle dxpl = data_transfer();
+  H5Handle dxpl = data_transfer(mpi_);
   const herr_t ok =
       H5Dwrite(ds.get(), type.get(), mem_space.get(), file_space.get(), dxpl.get(), text.data());
   VLM_H5_CHECK(ok >= 0, "checkpoint: writing '", key, "' to '", path_, "' failed");
@@ -281,15 +305,22 @@ Hdf5StateReader::Hdf5StateReader(const std::string& path, MPI_Comm comm) : path_
   silence_hdf5();
   VLM_CHECK(std::filesystem::is_regular_file(path), "checkpoint: cannot open '", path,
             "': no such file");
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
+  H5Handle fapl = file_access(comm, mpi_running());
+  std::error_code ec;
+  file_bytes_ = std::filesystem::file_size(path, ec);
+  VLM_CHECK(!ec, "checkpoint: cannot read the size of '", path, "': ", ec.message());
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   VLM_H5_CHECK(file_ >= 0, "checkpoint: cannot open '", path,
                "' as an HDF5 file (truncated, or not a checkpoint)");
   int version = -1;
   if (H5Aexists(file_, kVersionAttr) > 0) {
     H5Handle attr(H5Aopen(file_, kVersionAttr, H5P_DEFAULT), H5Aclose);
-    if (attr.valid()) H5Aread(attr.get(), H5T_NATIVE_INT, &version);
+    H5Handle space(attr.valid() ? H5Aget_space(attr.get()) : -1, H5Sclose);
+    H5Handle type(attr.valid() ? H5Aget_type(attr.get()) : -1, H5Tclose);
+    // One integer (a forged attribute of another shape must not be read into one int).
+    if (space.valid() && type.valid() && H5Sget_simple_extent_npoints(space.get()) == 1 &&
+        H5Tget_class(type.get()) == H5T_INTEGER)
+      H5Aread(attr.get(), H5T_NATIVE_INT, &version);
   }
   VLM_CHECK(version == kHdf5StateVersion, "checkpoint: '", path, "' ",
             version < 0 ? std::string("is not a vlmtrain checkpoint (no ") + kVersionAttr + ")"
@@ -322,13 +353,44 @@ int64_t Hdf5StateReader::open_dataset(const std::string& key) const {
 
 namespace {
 
+// The dataset's shape; more dims than any tensor has, or more elements than fit in memory
+// addresses, is an error naming `what` (the numbers come from the file: nothing is trusted).
 Shape shape_of(hid_t dataset, const std::string& what) {
   H5Handle space(H5Dget_space(dataset), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());
   VLM_H5_CHECK(rank >= 0, "cannot read the shape of ", what);
+  VLM_CHECK(rank <= kMaxStoredDims, what, " has ", rank,
+            " dimensions; checkpoint tensors have at "
+            "most ",
+            kMaxStoredDims);
   std::vector<hsize_t> dims(size_t(rank), 0);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  hsize_t n = 1;
+  for (hsize_t d : dims) {
+    VLM_CHECK(d <= kMaxStoredElements && (d == 0 || n <= kMaxStoredElements / d), what,
+              " declares shape ", shape_str(Shape(dims.begin(), dims.end())),
+              ": more elements than any tensor can hold");
+    n *= d;
+  }
   return Shape(dims.begin(), dims.end());
+}
+
+// The dataset's bytes must be in the file: contiguous (as vlmtrain writes them; compact is read
+// too), allocated (a dataset declared but never written would read as zeros) and ending within
+// the file's size (a truncated file would too). Checked before anything is allocated for it.
+void check_stored(hid_t dataset, const std::string& what, uint64_t bytes, uint64_t file_bytes) {
+  H5Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_COMPACT || bytes == 0) return;
+  VLM_CHECK(layout == H5D_CONTIGUOUS, what,
+            " is not stored contiguously (chunked, or another layout): vlmtrain checkpoints hold "
+            "contiguous datasets (was the file repacked?)");
+  const haddr_t offset = H5Dget_offset(dataset);
+  VLM_CHECK(offset != HADDR_UNDEF, what, " holds no data: its ", bytes,
+            " bytes were never written (an interrupted or forged save)");
+  VLM_CHECK(offset <= file_bytes && bytes <= file_bytes - offset, what, " holds ", bytes,
+            " bytes at offset ", offset, ", past the end of the file (", file_bytes,
+            " bytes): the file is truncated");
 }
 
 } // namespace
@@ -351,6 +413,7 @@ void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, 
   const Shape global = shape_of(ds.get(), what);
   H5Handle stored_type(H5Dget_type(ds.get()), H5Tclose);
   const DType stored = dtype_of_h5(stored_type.get(), what);
+  check_stored(ds.get(), what, uint64_t(numel(global)) * dtype_size(stored), file_bytes_);
   Shape expect = global;
   if (!global.empty()) expect[0] = dst.dim() > 0 ? dst.size(0) : -1;
   VLM_CHECK(stored == dst.dtype() && dst.shape() == expect && row_begin >= 0 &&
@@ -379,16 +442,50 @@ void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, 
 }
 
 void Hdf5StateReader::read_tensor_into(const std::string& key, Tensor& dst) const {
+  // The whole tensor: the stored shape must be dst's, not only its first rows.
+  VLM_CHECK(dst.defined(), "checkpoint: reading '", key, "' into an undefined tensor");
+  const Shape stored = shape(key);
+  VLM_CHECK(stored == dst.shape(), "checkpoint: '", key, "' in '", path_, "' holds ",
+            dtype_name(dtype(key)), shape_str(stored), " but the destination is ", dst.desc());
   read_rows_into(key, 0, dst);
+}
+
+std::vector<std::string> Hdf5StateReader::children(const std::string& group) const {
+  std::vector<std::string> names;
+  if (!has(group)) return names;
+  H5Handle g(H5Gopen2(file_, dataset_path(group).c_str(), H5P_DEFAULT), H5Gclose);
+  VLM_H5_CHECK(g.valid(), "checkpoint: '", group, "' in '", path_, "' is not a group");
+  // By index (the same calls in HDF5 1.10 and 1.12+, whose link-iteration callbacks differ).
+  H5G_info_t info;
+  VLM_H5_CHECK(H5Gget_info(g.get(), &info) >= 0, "checkpoint: cannot list '", group, "' in '",
+               path_, "'");
+  for (hsize_t i = 0; i < info.nlinks; i++) {
+    const ssize_t n =
+        H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    VLM_H5_CHECK(n >= 0 && n < 65536, "checkpoint: cannot read a name in '", group, "' of '", path_,
+                 "'");
+    std::string name(size_t(n) + 1, '\0');
+    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                       H5P_DEFAULT);
+    name.resize(size_t(n));
+    names.push_back(std::move(name));
+  }
+  return names;
 }
 
 nlohmann::json Hdf5StateReader::read_json(const std::string& key) const {
   VLM_CHECK(has(key), "checkpoint: '", path_, "' has no JSON document '", key, "'");
   H5Handle ds(open_dataset(key), H5Dclose);
   H5Handle type(H5Dget_type(ds.get()), H5Tclose);
-  VLM_CHECK(H5Tget_class(type.get()) == H5T_STRING, "checkpoint: '", key, "' in '", path_,
-            "' is not a JSON string");
-  std::string text(H5Tget_size(type.get()), '\0');
+  const std::string what = "checkpoint: '" + key + "' in '" + path_ + "'";
+  VLM_CHECK(H5Tget_class(type.get()) == H5T_STRING && H5Tis_variable_str(type.get()) == 0, what,
+            " is not a fixed-length string (the JSON text vlmtrain writes)");
+  VLM_CHECK(shape_of(ds.get(), what).empty(), what, " is not a single (scalar) string");
+  const size_t bytes = H5Tget_size(type.get());
+  VLM_CHECK(bytes <= kMaxJsonBytes, what, " declares ", bytes, " bytes of JSON; at most ",
+            kMaxJsonBytes, " are read");
+  check_stored(ds.get(), what, bytes, file_bytes_);
+  std::string text(bytes, '\0');
   VLM_H5_CHECK(H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0,
                "checkpoint: reading '", key, "' from '", path_, "' failed");
   try {

@@ -13,8 +13,9 @@
 //
 // Collective rules: every rank of the communicator constructs the writer, calls write_tensor /
 // write_rows / write_json with the same keys in the same order (datasets are created
-// collectively), and close(). Reads are
-// independent: a rank reads what it needs, in any order.
+// collectively), and close(). Reads are independent: a rank reads what it needs, in any order.
+// A process without MPI (parallel/mpi_env.h: started without a launcher) reads and writes through
+// HDF5's POSIX driver instead, as the only rank (the communicator is not used): the same file.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,7 @@ private:
                        int64_t row_begin, const Tensor& rows);
 
   std::string path_;
+  bool mpi_ = false; // MPI-IO; false: a process without MPI writes the file alone
   int rank_ = 0;
   int64_t file_ = -1; // hid_t
 };
@@ -68,7 +70,10 @@ private:
 class Hdf5StateReader final : public StateReader {
 public:
   // Opens `path` read-only on every rank of `comm` (collectively). A missing, truncated or
-  // foreign file, or one of another format version, is an error naming the path.
+  // foreign file, or one of another format version, is an error naming the path. Every read
+  // checks first that the dataset's bytes are in the file (written, contiguous, within its size)
+  // and that a JSON document is a fixed-length string of at most 1 GiB: sizes from the file are
+  // checked before anything is allocated for them.
   Hdf5StateReader(const std::string& path, MPI_Comm comm);
   ~Hdf5StateReader() override;
   Hdf5StateReader(const Hdf5StateReader&) = delete;
@@ -78,9 +83,11 @@ public:
   void read_tensor_into(const std::string& key, Tensor& dst) const override;
   nlohmann::json read_json(const std::string& key) const override;
 
-  // The global shape and dtype of the tensor under `key`.
+  // The global shape and dtype of the tensor under `key` (from the dataset's header; a shape of
+  // more than 8 dims or 2^48 elements, or a type vlmtrain never writes, is an error naming it).
   Shape shape(const std::string& key) const override;
-  DType dtype(const std::string& key) const;
+  DType dtype(const std::string& key) const override;
+  std::vector<std::string> children(const std::string& group) const override;
   // Rows [row_begin, row_begin + dst.size(0)) of the tensor under `key` (the other dims and the
   // dtype must match): the resharding read.
   void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const override;
@@ -89,7 +96,8 @@ private:
   int64_t open_dataset(const std::string& key) const;
 
   std::string path_;
-  int64_t file_ = -1; // hid_t
+  uint64_t file_bytes_ = 0; // the file's size on disk: no dataset may reach past it
+  int64_t file_ = -1;       // hid_t
 };
 
 #endif // VLM_WITH_HDF5

@@ -63,6 +63,9 @@ constexpr int64_t kMaxDecodePixels = 178956970;
 // Bytes the decoder may hold for one image (its stored rows plus the RGB result): those of an
 // 8-bit RGB image at the pixel limit, so deeper images (16-bit, alpha) get fewer pixels.
 constexpr int64_t kMaxDecodeBytes = 6 * kMaxDecodePixels;
+// An image file larger than this is refused before it is read (`generate --image`): PNG and JPEG
+// files of images within the pixel limit are smaller.
+constexpr int64_t kMaxImageFileBytes = int64_t(256) << 20;
 
 // Decodes JPEG or PNG bytes to RGB. The format comes from the magic bytes (as PIL does);
 // format_hint (the WebDataset part name, e.g. "jpg") only appears in error messages. Throws

@@ -34,6 +34,29 @@ Shape MemoryState::shape(const std::string& key) const {
   return it->second.shape();
 }
 
+DType MemoryState::dtype(const std::string& key) const {
+  auto it = tensors_.find(key);
+  VLM_CHECK(it != tensors_.end(), "state: no tensor '", key, "'");
+  return it->second.dtype();
+}
+
+std::vector<std::string> MemoryState::children(const std::string& group) const {
+  // Keys are "group/name[/...]": the distinct names right below the group.
+  std::vector<std::string> out;
+  const std::string prefix = group + "/";
+  auto add = [&](const std::string& key) {
+    if (key.compare(0, prefix.size(), prefix) != 0) return;
+    const std::string name =
+        key.substr(prefix.size(), key.find('/', prefix.size()) - prefix.size());
+    if (out.empty() || out.back() != name) out.push_back(name);
+  };
+  for (const auto& [key, t] : tensors_) add(key);
+  for (const auto& [key, j] : json_) add(key);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 void MemoryState::read_tensor_into(const std::string& key, Tensor& dst) const {
   auto it = tensors_.find(key);
   VLM_CHECK(it != tensors_.end(), "state: no tensor '", key, "'");

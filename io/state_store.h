@@ -32,8 +32,11 @@ class StateReader {
 public:
   virtual ~StateReader() = default;
   virtual bool has(const std::string& key) const = 0;
-  // The shape of the tensor under `key`; a missing key is an error naming it.
+  // The shape and dtype of the tensor under `key`; a missing key is an error naming it.
   virtual Shape shape(const std::string& key) const = 0;
+  virtual DType dtype(const std::string& key) const = 0;
+  // The names directly under `group` ("model" -> every parameter name), sorted; none when absent.
+  virtual std::vector<std::string> children(const std::string& group) const = 0;
   // Copies the tensor under `key` into `dst` (same shape and dtype, any device); a missing key or
   // a shape/dtype mismatch is an error naming the key and both shapes.
   virtual void read_tensor_into(const std::string& key, Tensor& dst) const = 0;
@@ -51,6 +54,8 @@ public:
   void write_json(const std::string& key, const nlohmann::json& value) override;
   bool has(const std::string& key) const override;
   Shape shape(const std::string& key) const override;
+  DType dtype(const std::string& key) const override;
+  std::vector<std::string> children(const std::string& group) const override;
   void read_tensor_into(const std::string& key, Tensor& dst) const override;
   nlohmann::json read_json(const std::string& key) const override;
   void write_rows(const std::string& key, const Shape& global_shape, DType dtype, int64_t row_begin,

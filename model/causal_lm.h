@@ -59,6 +59,9 @@ public:
   virtual int64_t vocab_size() const = 0;
   // Whether batches may carry pixel_values / image_grid_thw (a vision tower).
   virtual bool has_vision() const { return false; }
+  // The longest sequence the model takes (config.json's max_position_embeddings); 0 = no limit
+  // known. `generate` keeps prompt + new tokens within it.
+  virtual int64_t max_positions() const { return 0; }
 
   // Final-norm hidden states [T, H] in the parameter dtype.
   virtual Tensor hidden_states(const Batch& batch) const = 0;

@@ -1,5 +1,8 @@
 #include "model/hf_weights.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -199,11 +202,34 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
   VLM_CHECK(!out.empty(), "save_hf_snapshot: empty output directory");
   VLM_CHECK(tokenizer_dir.empty() || fs::is_directory(tokenizer_dir),
             "save_hf_snapshot: tokenizer directory '", tokenizer_dir, "' does not exist");
-  const fs::path tmp = out.string() + ".tmp";
+  // Never over anything: `out` is new, or an empty folder (the caller's, e.g. made for it).
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  VLM_CHECK(!ec, "save_hf_snapshot: cannot create ", tmp.string(), ": ", ec.message());
+  const fs::file_status st = fs::symlink_status(out, ec);
+  if (fs::exists(st)) {
+    VLM_CHECK(fs::is_directory(st), "save_hf_snapshot: ", out.string(),
+              " exists and is not a folder; an HF snapshot never replaces a file (choose a new "
+              "folder)");
+    VLM_CHECK(fs::is_empty(out, ec) && !ec, "save_hf_snapshot: ", out.string(),
+              " is a folder that is not empty; an HF snapshot never replaces files (choose a new "
+              "or empty folder)");
+  }
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  VLM_CHECK(!ec, "save_hf_snapshot: cannot create ", parent.string(), ": ", ec.message());
+  // Everything goes to a new folder beside `out` made for this save alone (mkdtemp: no name
+  // that was there before is touched), renamed to `out` once complete.
+  std::string pattern = (parent / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
+  VLM_CHECK(::mkdtemp(pattern.data()) != nullptr, "save_hf_snapshot: cannot create a folder in ",
+            parent.string(), ": ", std::strerror(errno));
+  const fs::path tmp = pattern;
+  struct RemoveUnlessDone { // our own temporary folder, on any error below
+    fs::path path;
+    bool done = false;
+    ~RemoveUnlessDone() {
+      std::error_code e;
+      if (!done) fs::remove_all(path, e);
+    }
+  } cleanup{tmp};
 
   VLM_CHECK(config.is_object(), "save_hf_snapshot: the config must be a JSON object");
   config["torch_dtype"] = dtype_str; // transformers 4
@@ -266,22 +292,12 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
     VLM_CHECK(f, "save_hf_snapshot: cannot write ", (tmp / name).string());
   }
 
-  // Swap in: the previous snapshot (if any) is removed only once the new one is complete.
-  if (fs::exists(out)) {
-    const fs::path old = out.string() + ".old";
-    fs::remove_all(old, ec);
-    fs::rename(out, old, ec);
-    VLM_CHECK(!ec, "save_hf_snapshot: cannot move the existing ", out.string(),
-              " aside: ", ec.message());
-    fs::rename(tmp, out, ec);
-    VLM_CHECK(!ec, "save_hf_snapshot: cannot rename ", tmp.string(), " to ", out.string(), ": ",
-              ec.message(), " (the previous snapshot is in ", old.string(), ")");
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(tmp, out, ec);
-    VLM_CHECK(!ec, "save_hf_snapshot: cannot rename ", tmp.string(), " to ", out.string(), ": ",
-              ec.message());
-  }
+  // rename(2) takes the place of a missing or empty `out` atomically, and fails on anything else
+  // (something written there meanwhile stays).
+  fs::rename(tmp, out, ec);
+  VLM_CHECK(!ec, "save_hf_snapshot: cannot rename ", tmp.string(), " to ", out.string(), ": ",
+            ec.message());
+  cleanup.done = true;
   std::string tok =
       copied.empty() ? "no tokenizer files" : std::to_string(copied.size()) + " tokenizer files";
   log_info("wrote HF snapshot ", out.string(), ": ", params.size(), " tensors in ", dtype_str, ", ",

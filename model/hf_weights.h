@@ -38,9 +38,10 @@ constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;
 // tokenizer files found in `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json,
 // merges.txt, generation_config.json, special_tokens_map.json, chat_template.jinja,
 // preprocessor_config.json; "" = none), then `extra_files` (name -> contents; they win over a
-// copied file of the same name). A tied head is not written (as HF does). Atomic: everything goes
-// to `out_dir`.tmp, which then replaces `out_dir` (an existing snapshot there is removed only after
-// the new one is complete).
+// copied file of the same name). A tied head is not written (as HF does). Never over anything:
+// `out_dir` must not exist or be an empty folder (anything else is an error before any work).
+// Atomic: everything goes to a new hidden folder beside it (mkdtemp), renamed to `out_dir` once
+// complete; an error removes that folder and leaves `out_dir` as it was.
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
                       DType dtype, const std::string& tokenizer_dir,
                       int64_t max_shard_bytes = kDefaultMaxShardBytes,

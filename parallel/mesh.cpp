@@ -44,8 +44,14 @@ MeshShape resolve_mesh_shape(int64_t world, int64_t dp_replicate, int64_t dp_sha
     m.dp_replicate = dp_replicate;
     m.dp_shard = dp_shard;
   }
-  VLM_CHECK(m.world() == world, "parallel: dp_replicate ", m.dp_replicate, " x dp_shard ",
-            m.dp_shard, " x tp_size ", m.tp, " = ", m.world(), " ranks, but the job has ", world);
+  // The product without overflow: huge factors must not wrap around to the job's size.
+  int64_t dp_ranks = 0, total = 0;
+  const bool overflow = __builtin_mul_overflow(m.dp_replicate, m.dp_shard, &dp_ranks) ||
+                        __builtin_mul_overflow(dp_ranks, m.tp, &total);
+  VLM_CHECK(!overflow && total == world, "parallel: dp_replicate ", m.dp_replicate, " x dp_shard ",
+            m.dp_shard, " x tp_size ", m.tp,
+            overflow ? " overflows" : " = " + std::to_string(total), " ranks, but the job has ",
+            world);
   return m;
 }
 

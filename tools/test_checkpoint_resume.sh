@@ -6,9 +6,13 @@
 #     every tensor of the final checkpoint and every step's loss, for the VLM demo (Qwen3-VL,
 #     images, packing), with the vision tower trained (f32) and frozen (bf16, f32 masters);
 #     unfreezing it on resume starts its AdamW state fresh;
-#   * a save interrupted at any point leaves the previous checkpoint as `latest`, and its .tmp
-#     folder is never taken; a failed save (an injected error on one rank, a full disk) ends
-#     every rank with the error, naming the file;
+#   * a save interrupted at any point leaves the previous checkpoint as `latest` (a save counts
+#     once `latest` names it), its .tmp folder is never taken and a step_N renamed but not yet
+#     linked is moved to abandoned/ by the resume, not lost; a failed save (an injected error on
+#     one rank, a full disk) ends every rank with the error, naming the file;
+#   * the run rules of an output_dir (src/train/checkpoint_folder.h): a new run never replaces an
+#     earlier one's checkpoints; resuming from an older step moves the newer ones to abandoned/
+#     and `latest` follows; resume = "latest" follows the link, not the highest step_N;
 #   * a checkpoint of 4 FSDP ranks resumes on 1 and 2 ranks and as HSDP 2 x 2 (the same data
 #     position where the data-parallel count is the same);
 #   * Debian's h5py reads /model/<name> as the whole tensor, equal to `vlmtrain export`'s;
@@ -34,7 +38,7 @@ same() { $py "$root/tools/compare_checkpoints.py" "$@" --metrics; }
 common=(--set data.data_path=data/ --set model.tokenizer=data/ --set training.total_steps=8
   --set training.warmup_steps=2 --set training.eval_steps=0 --set logging.log_every=1
   --set data.seq_len=128 --set training.micro_batch_rows=2 --set training.caption_eval_images=0
-  --set checkpoint.format=hdf5 --set checkpoint.save_steps=3)
+  --set checkpoint.save_steps=3 --set checkpoint.hf_snapshot=never)
 train() { "$bin" train "${common[@]}" "$@"; }
 # expect_rc CODE LOG COMMAND...: runs COMMAND into LOG; fails unless it exits with CODE.
 expect_rc() {
@@ -82,16 +86,58 @@ echo "== a save interrupted at each point"
 for point in save-writing save-closed save-renamed; do
   out=cut_$point
   expect_rc 134 $out.log train --set checkpoint.output_dir=$out --inject-fault crash:0:6:$point
-  if [[ $point == save-renamed ]]; then want=6; else want=3; fi
+  [[ $(readlink $out/latest) == step_000003 ]] || fail "$point: latest moved on"
   if [[ $point != save-renamed ]]; then
     [[ -d $out/step_000006.tmp && ! -e $out/step_000006 ]] ||
       fail "$point: expected a step_000006.tmp and no step_000006"
   fi
   expect_rc 0 $out-2.log train --set checkpoint.output_dir=$out --set checkpoint.resume=latest
-  resumed_from $out-2.log $out/step_00000$want
+  resumed_from $out-2.log $out/step_000003
   [[ ! -e $out/step_000006.tmp ]] || fail "$point: the stale step_000006.tmp was left"
+  if [[ $point == save-renamed ]]; then # complete but never linked: kept aside, not deleted
+    [[ -f $out/abandoned/after_step_000003/step_000006/state.h5 ]] ||
+      { ls -R $out; fail "$point: the unlinked step_000006 was not moved to abandoned/"; }
+  fi
   same $out straight_true
 done
+
+echo "== run rules: a new run never replaces another; resume follows latest; branches kept"
+before=$(cd straight_true && find . -type f -exec sha256sum {} + | sort)
+expect_rc 1 fresh.log train --set checkpoint.output_dir=straight_true
+grep -q 'checkpoint.output_dir = "straight_true" holds an earlier run (step_000003, step_000006' \
+  fresh.log || { cat fresh.log; fail "a fresh run into a used output_dir was not refused"; }
+[[ $(cd straight_true && find . -type f -exec sha256sum {} + | sort) == "$before" ]] ||
+  fail "the refused fresh run changed the earlier run's files"
+# Resume from step 3 while 6 and 8 exist, killed at step 5 after no new save: resume = "latest"
+# takes step 3 (what latest names), not the abandoned branch's step 8.
+mkdir -p branch && cp -r straight_true/step_00000{3,6,8} straight_true/metrics.jsonl branch/
+ln -s step_000008 branch/latest
+expect_rc 137 branch.log train --set checkpoint.output_dir=branch \
+  --set checkpoint.resume=branch/step_000003 --inject-fault kill:0:5
+grep -q "are a branch this run abandons: moved to branch/abandoned/after_step_000003" branch.log ||
+  { cat branch.log; fail "the newer branch was not moved aside"; }
+[[ $(readlink branch/latest) == step_000003 ]] || fail "latest does not name the resumed step"
+for s in 6 8; do
+  [[ -f branch/abandoned/after_step_000003/step_00000$s/state.h5 ]] || fail "step $s was lost"
+done
+[[ $(wc -l <branch/abandoned/after_step_000003/metrics.jsonl) -ge 8 ]] ||
+  fail "the abandoned branch's metrics were not kept"
+expect_rc 0 branch2.log train --set checkpoint.output_dir=branch --set checkpoint.resume=latest
+resumed_from branch2.log branch/step_000003
+same branch straight_true
+# Damage is named, never skipped: latest naming a missing folder; step_N without state.h5.
+mkdir -p dangling && cp -r straight_true/step_000003 dangling/ && ln -s step_000009 dangling/latest
+expect_rc 1 dangling.log train --set checkpoint.output_dir=dangling --set checkpoint.resume=latest
+grep -q "dangling/latest names .*step_000009, which is not there" dangling.log ||
+  { cat dangling.log; fail "a dangling latest was not named"; }
+mkdir -p damaged/step_000003 damaged/step_000006
+expect_rc 1 damaged.log train --set checkpoint.output_dir=damaged --set checkpoint.resume=latest
+grep -q "damaged checkpoint folders (step_N without state.h5): step_000003, step_000006" \
+  damaged.log || { cat damaged.log; fail "damaged checkpoints were not named"; }
+mkdir -p latestdir/latest
+expect_rc 1 latestdir.log train --set checkpoint.output_dir=latestdir
+grep -q "its 'latest' is a file or folder, not the link" latestdir.log ||
+  { cat latestdir.log; fail "a folder named latest was not refused at start"; }
 echo "== a failed save ends every rank with the error, the previous checkpoint stays"
 expect_rc 1 fsave.log mpi 2 "$bin" train "${common[@]}" --set parallel.data_parallel=fsdp \
   --set data.num_workers=1 --set checkpoint.output_dir=fsave --inject-fault error:1:6:save-closed
@@ -102,7 +148,8 @@ grep -q "injected error on rank 1 at save-closed" fsave.log || { cat fsave.log; 
 echo "== a save that runs out of space fails naming the file; latest stays"
 expect_rc 75 full.log train --set checkpoint.output_dir=full --inject-fault signal:0:3
 # A file-size limit below state.h5's ~10 MB: writes fail with EFBIG as on a full disk (SIGXFSZ
-# ignored, so the write returns the error instead of killing the process).
+# ignored, so the write returns the error instead of killing the process). One process: no MPI
+# is initialized (OpenMPI's own start would fail under the limit).
 expect_rc 1 full2.log bash -c 'trap "" XFSZ; ulimit -f 6144; exec "$@"' _ "$bin" train \
   "${common[@]}" --set checkpoint.output_dir=full --set checkpoint.resume=latest
 grep -q "error: checkpoint: writing '.*' to 'full/step_000006.tmp/state.h5' failed" full2.log ||
@@ -168,6 +215,28 @@ expect_rc 0 from_ckpt.log train --set model.preset= --set model.model_dir=f2/ste
   --set checkpoint.save_steps=1
 [[ $(ls -d from_ckpt/step_* | wc -l) -eq 1 && -d from_ckpt/step_000002 ]] ||
   { ls from_ckpt; fail "keep_last = 1 kept other checkpoints"; }
+
+echo "== default settings: a run of a config resumes with --set checkpoint.resume=latest"
+# configs/demo-text.toml as a user has it: no [checkpoint] key but output_dir (save_steps = 0).
+sed -e 's|"demo_data/"|"data/"|' -e 's|"demo_text_out"|"defaults"|' \
+  "$root/configs/demo-text.toml" >c.toml
+expect_rc 75 d1.log "$bin" train --config c.toml --set training.total_steps=40 \
+  --set training.eval_steps=0 --inject-fault signal:0:15
+expect_rc 0 d2.log "$bin" train --config c.toml --set training.total_steps=40 \
+  --set training.eval_steps=0 --set checkpoint.resume=latest
+resumed_from d2.log defaults/step_000015
+expect_rc 0 d3.log "$bin" train --config c.toml --set training.total_steps=40 \
+  --set training.eval_steps=0 --set checkpoint.output_dir=defaults_straight
+same defaults defaults_straight
+[[ -f defaults/checkpoint-step-40/model.safetensors && ! -e defaults/checkpoint-step-15 ]] ||
+  { ls defaults; fail "no final HF snapshot (or one at the stop)"; }
+# `generate` reads the HF snapshot and, through `latest`, the step_000040 checkpoint: one answer.
+"$bin" generate --model defaults/checkpoint-step-40 --prompt "a red circle" --max-new-tokens 4 \
+  >gen.txt 2>gen.log || { cat gen.log; fail "generate from the HF snapshot failed"; }
+"$bin" generate --model defaults --prompt "a red circle" --max-new-tokens 4 >gen2.txt \
+  2>gen2.log || { cat gen2.log; fail "generate from the output folder failed"; }
+cmp -s <(grep -v '^loaded ' gen.txt) <(grep -v '^loaded ' gen2.txt) ||
+  fail "generate from the HF snapshot and from step_000040 differ"
 
 echo "== bad checkpoints: clear errors"
 bad() { # bad NAME EXPECTED_MESSAGE ARGS...: training with ARGS fails, naming it

@@ -24,13 +24,13 @@ fail() {
 args=(--set data.data_path=data/ --set model.tokenizer=data/ --set training.total_steps=20
   --set data.seq_len=128 --set training.micro_batch_rows=1 --set training.eval_steps=0
   --set training.caption_eval_images=0 --set parallel.data_parallel=fsdp
-  --set parallel.collective_timeout_s=5 --set checkpoint.output_dir=out)
+  --set parallel.collective_timeout_s=5)
 
 for kind in error crash hang; do
   start=$(date +%s)
   set +e
   timeout 120 mpirun -np 2 --oversubscribe "$bin" train "${args[@]}" \
-    --inject-fault "$kind:1:3" >"$kind.log" 2>&1
+    --set checkpoint.output_dir="out_$kind" --inject-fault "$kind:1:3" >"$kind.log" 2>&1
   rc=$?
   set -e
   took=$(($(date +%s) - start))

@@ -84,7 +84,7 @@ for sig in TERM USR1 INT; do
   [[ $rc -eq $want ]] || { cat "log_$sig.txt"; fail "SIG$sig: exit code $rc, expected $want"; }
   grep -q "train: SIG$sig received: stopping after step [0-9]* of 100000" "log_$sig.txt" ||
     { cat "log_$sig.txt"; fail "SIG$sig: no stop message"; }
-  ls "out_$sig"/checkpoint-step-*/model.safetensors >/dev/null 2>&1 ||
+  ls "out_$sig"/step_*/state.h5 >/dev/null 2>&1 ||
     { cat "log_$sig.txt"; fail "SIG$sig: no checkpoint written"; }
 done
 
@@ -118,7 +118,8 @@ EOF
   { cat log_plan.txt; fail "training refused the plan of data pack --config"; }
 "$bin" data pack data --tokenizer data/ --seq-len 128 --drop-images --out plan2.bin \
   >log_pack2.txt 2>&1 || { cat log_pack2.txt; fail "data pack with make-demo's tokenizer failed"; }
-"$bin" train --config pack.toml --set data.packing_plan=plan2.bin >log_plan2.txt 2>&1 ||
+"$bin" train --config pack.toml --set data.packing_plan=plan2.bin \
+  --set checkpoint.output_dir=out_plan2 >log_plan2.txt 2>&1 ||
   { cat log_plan2.txt; fail "training refused the plan of data pack --drop-images"; }
 
 # --- --config given a directory -------------------------------------------------------------------

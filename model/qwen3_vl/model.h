@@ -45,6 +45,7 @@ public:
   std::string model_type() const override { return "qwen3_vl"; }
   DType param_dtype() const override { return dtype_; }
   int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_positions() const override { return config_.max_position_embeddings; }
   bool has_vision() const override { return true; }
   Tensor hidden_states(const Batch& batch) const override;
   const Tensor& head_weight() const override;

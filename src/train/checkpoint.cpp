@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include "io/hdf5_state.h"
 #include "model/hf_weights.h"
@@ -25,14 +24,6 @@ namespace vlm::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::regex kStepName(R"(step_(\d+))");
-
-int64_t step_of(const fs::path& dir) {
-  std::smatch m;
-  const std::string name = dir.filename().string();
-  return std::regex_match(name, m, kStepName) ? std::stoll(m[1].str()) : -1;
-}
 
 void check_hdf5_build() {
   VLM_CHECK(io::hdf5_state_available(),
@@ -60,49 +51,30 @@ void write_file(const fs::path& path, const std::string& contents) {
   VLM_CHECK(f, "checkpoint: cannot write ", path.string(), ": ", std::strerror(errno));
 }
 
-// Rank 0: an empty step_N.tmp, with every other leftover .tmp of a crashed save removed.
+// Rank 0: an empty step_N.tmp, with every other leftover .tmp of a crashed save removed (a
+// .tmp folder is never a checkpoint: only a complete one is renamed to step_N).
 void prepare_tmp_dir(const fs::path& output_dir, const fs::path& tmp) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(output_dir, ec))
-    if (e.is_directory() && e.path().extension() == ".tmp" && step_of(e.path().stem()) >= 0)
+    if (e.is_directory() && !e.is_symlink() && e.path().extension() == ".tmp" &&
+        checkpoint_step_of(e.path().stem().string()) >= 0 &&
+        e.path().stem().string().rfind("step_", 0) == 0)
       fs::remove_all(e.path(), ec);
   fs::create_directories(tmp, ec);
   VLM_CHECK(!ec, "checkpoint: cannot create ", tmp.string(), ": ", ec.message());
 }
 
-// Rank 0: step_N.tmp -> step_N (replacing an older step_N of an earlier run), then the folder
-// entry flushed.
+// Rank 0: step_N.tmp -> step_N, then the folder entry flushed. An existing step_N is never
+// replaced (resuming moves newer checkpoints aside first: checkpoint_folder.h).
 void publish(const fs::path& tmp, const fs::path& dir) {
   std::error_code ec;
-  if (fs::exists(dir)) { // saved again after resuming from an earlier step: the new one wins
-    const fs::path old = dir.string() + ".old";
-    fs::remove_all(old, ec);
-    fs::rename(dir, old, ec);
-    VLM_CHECK(!ec, "checkpoint: cannot move the existing ", dir.string(), " aside: ", ec.message());
-    fs::remove_all(old, ec);
-  }
+  VLM_CHECK(!fs::exists(fs::symlink_status(dir, ec)), "checkpoint: ", dir.string(),
+            " already exists; a save never replaces a checkpoint (the new one stays in ",
+            tmp.string(), ")");
   fs::rename(tmp, dir, ec);
   VLM_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", dir.string(), ": ",
             ec.message());
   fsync_path(dir.parent_path());
-}
-
-// Rank 0: `latest` -> step_N, replaced atomically; then the oldest beyond keep_last removed.
-void update_latest_and_rotate(const fs::path& output_dir, const fs::path& dir, int64_t keep_last) {
-  std::error_code ec;
-  const fs::path link = output_dir / "latest", tmp_link = output_dir / "latest.tmp";
-  fs::remove(tmp_link, ec);
-  fs::create_directory_symlink(dir.filename(), tmp_link, ec);
-  VLM_CHECK(!ec, "checkpoint: cannot create the link ", tmp_link.string(), ": ", ec.message());
-  fs::rename(tmp_link, link, ec);
-  VLM_CHECK(!ec, "checkpoint: cannot update ", link.string(), ": ", ec.message());
-  if (keep_last <= 0) return;
-  std::vector<std::string> all = list_checkpoints(output_dir.string());
-  for (size_t i = 0; i + size_t(keep_last) < all.size(); i++) {
-    if (fs::path(all[i]).filename() == dir.filename()) continue;
-    fs::remove_all(all[i], ec);
-    if (ec) log_warn("checkpoint: cannot remove the old ", all[i], ": ", ec.message());
-  }
 }
 
 // "key: a (checkpoint) vs b (this run)" for each top-level or nested key that differs.
@@ -120,54 +92,31 @@ void diff_json(const nlohmann::json& saved, const nlohmann::json& now, const std
                   " in the checkpoint, " + now.dump() + " in this run");
 }
 
+// The config.json a checkpoint was saved for against this model's: any key that differs is
+// listed (another model must not be loaded as this one).
+void check_same_model(const nlohmann::json& saved, const nlohmann::json& now,
+                      const std::string& where) {
+  VLM_CHECK(saved.is_object(), where, " is not a JSON object");
+  std::vector<std::string> diffs;
+  diff_json(saved, now, "", diffs);
+  if (diffs.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < diffs.size() && i < 20; i++) list += "\n  " + diffs[i];
+  if (diffs.size() > 20) list += "\n  ... and " + std::to_string(diffs.size() - 20) + " more";
+  VLM_FAIL("it was saved for another model (its ", where,
+           " differs from this model's config):", list);
+}
+
+// /config's training.param_dtype, checked: the dtype the parameters were saved in.
+std::string saved_param_dtype(const nlohmann::json& config) {
+  const bool ok = config.is_object() && config.contains("training") &&
+                  config["training"].is_object() && config["training"].contains("param_dtype") &&
+                  config["training"]["param_dtype"].is_string();
+  VLM_CHECK(ok, "/config has no string training.param_dtype (not a training config)");
+  return config["training"]["param_dtype"].get<std::string>();
+}
+
 } // namespace
-
-std::string checkpoint_step_dir(const std::string& output_dir, int64_t step) {
-  char name[40];
-  std::snprintf(name, sizeof name, "step_%06lld", (long long)step);
-  return (fs::path(output_dir) / name).string();
-}
-
-std::string checkpoint_state_file(const std::string& dir) {
-  return (fs::path(dir) / "state.h5").string();
-}
-
-bool is_checkpoint_dir(const std::string& dir) {
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path(); // "step_000004/"
-  std::error_code ec;
-  if (fs::is_symlink(p, ec)) p = fs::canonical(p, ec);
-  return step_of(p) >= 0 && fs::is_regular_file(checkpoint_state_file(p.string()), ec);
-}
-
-std::vector<std::string> list_checkpoints(const std::string& output_dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
-    if (e.is_symlink() || !e.is_directory()) continue; // `latest` is not one more checkpoint
-    if (is_checkpoint_dir(e.path().string())) found.emplace_back(step_of(e.path()), e.path());
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
-  return out;
-}
-
-std::string resolve_resume(const std::string& resume, const std::string& output_dir) {
-  if (resume.empty()) return "";
-  if (resume == "latest") {
-    const auto all = list_checkpoints(output_dir);
-    return all.empty() ? "" : all.back();
-  }
-  if (is_checkpoint_dir(resume)) return fs::canonical(resume).string();
-  std::error_code ec;
-  VLM_CHECK(fs::is_directory(resume, ec), "config: checkpoint.resume = \"", resume,
-            "\": no such folder");
-  const auto all = list_checkpoints(fs::canonical(resume).string());
-  VLM_CHECK(!all.empty(), "config: checkpoint.resume = \"", resume,
-            "\" is not a checkpoint (a step_N folder holding state.h5) and holds none");
-  return all.back();
-}
 
 std::string save_checkpoint(const TrainState& state, const CheckpointSave& save,
                             parallel::ProcessGroup& world) {
@@ -200,7 +149,10 @@ std::string save_checkpoint(const TrainState& state, const CheckpointSave& save,
   }
   world.barrier();
   trigger_fault(save.fault, world.rank(), state.step, FaultInjection::Point::save_renamed);
-  if (rank0) update_latest_and_rotate(save.output_dir, dir, save.keep_last);
+  if (rank0) {
+    point_latest_at(save.output_dir, dir.string());
+    rotate_checkpoints(save.output_dir, save.keep_last);
+  }
   world.barrier(); // no rank goes on (and may save again) before `latest` is updated
   return dir.string();
 #else
@@ -215,25 +167,21 @@ nlohmann::json load_checkpoint(TrainState& state, const std::string& dir,
 #if VLM_WITH_HDF5
   VLM_CHECK(is_checkpoint_dir(dir), "checkpoint ", dir,
             ": not a checkpoint (a step_N folder holding state.h5)");
-  const io::Hdf5StateReader in(checkpoint_state_file(dir), MPI_COMM_WORLD);
-  std::vector<std::string> diffs;
-  diff_json(in.read_json("hf_config"), hf_config, "", diffs);
-  if (!diffs.empty()) {
-    std::string list;
-    for (const std::string& d : diffs) list += "\n  " + d;
-    VLM_FAIL("checkpoint ", dir, " was saved for another model (its config.json differs):", list);
-  }
-  const nlohmann::json config = in.read_json("config");
-  const std::string saved_dtype = config.at("training").at("param_dtype").get<std::string>();
-  VLM_CHECK(saved_dtype == dtype_name(param_dtype), "checkpoint ", dir,
-            " was trained with training.param_dtype = \"", saved_dtype, "\" and this run has \"",
-            dtype_name(param_dtype), "\"; resume with the same dtype");
   try {
+    const io::Hdf5StateReader in(checkpoint_state_file(dir), MPI_COMM_WORLD);
+    check_same_model(in.read_json("hf_config"), hf_config, "/hf_config");
+    const nlohmann::json config = in.read_json("config");
+    const std::string saved_dtype = saved_param_dtype(config);
+    VLM_CHECK(saved_dtype == dtype_name(param_dtype),
+              "it was trained with "
+              "training.param_dtype = \"",
+              saved_dtype, "\" and this run has \"", dtype_name(param_dtype),
+              "\"; resume with the same dtype");
     state.load(in);
+    return config;
   } catch (const Error& e) {
     VLM_FAIL("checkpoint ", dir, ": ", e.what());
   }
-  return config;
 #else
   (void)state, (void)dir, (void)hf_config, (void)param_dtype;
   return {};
@@ -245,25 +193,50 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir) {
 #if VLM_WITH_HDF5
   VLM_CHECK(is_checkpoint_dir(dir), "checkpoint ", dir,
             ": not a checkpoint (a step_N folder holding state.h5)");
-  const io::Hdf5StateReader in(checkpoint_state_file(dir), MPI_COMM_SELF);
-  model.materialize();
-  NoGradGuard no_grad;
   try {
+    const io::Hdf5StateReader in(checkpoint_state_file(dir), MPI_COMM_SELF);
+    check_same_model(in.read_json("hf_config"), model.hf_config(), "/hf_config");
+    // Every tensor checked before any is read: its shape is the parameter's (materialized from
+    // config.json), never one read from the file.
+    model.materialize();
+    std::map<std::string, bool> names;
     for (const auto& p : model.named_parameters()) {
       const std::string key = "model/" + p.name;
-      Tensor stored = Tensor::zeros(in.shape(key), in.dtype(key));
+      names[p.name] = true;
+      VLM_CHECK(in.has(key), "'", key, "' is missing");
+      const Shape stored = in.shape(key);
+      const DType dtype = in.dtype(key);
+      VLM_CHECK(stored == p.tensor.shape() && is_floating(dtype), "'", key, "' holds ",
+                dtype_name(dtype), shape_str(stored), " but this model's is a float tensor of ",
+                shape_str(p.tensor.shape()));
+    }
+    for (const std::string& name : in.children("model"))
+      VLM_CHECK(names.count(name), "'model/", name, "' is not a parameter of this model");
+    NoGradGuard no_grad;
+    for (const auto& p : model.named_parameters()) {
+      const std::string key = "model/" + p.name;
+      Tensor stored = Tensor::empty(p.tensor.shape(), in.dtype(key));
       in.read_tensor_into(key, stored);
-      VLM_CHECK(stored.shape() == p.tensor.shape(), "'", key, "' holds shape ",
-                shape_str(stored.shape()), " but this model's is ", shape_str(p.tensor.shape()));
       Tensor dst = p.tensor;
       copy_(dst, stored.to(p.tensor.dtype()));
     }
+    log_info("loaded ", names.size(), " tensors from ", checkpoint_state_file(dir));
   } catch (const Error& e) {
     VLM_FAIL("checkpoint ", dir, ": ", e.what());
   }
 #else
   (void)model, (void)dir;
 #endif
+}
+
+std::shared_ptr<model::CausalLM> load_checkpoint_model(const std::string& path, DType dtype,
+                                                       const std::string& what) {
+  const std::string dir = resolve_checkpoint_path(path, what);
+  if (!is_checkpoint_dir(dir)) return model::load_pretrained(dir, dtype);
+  std::shared_ptr<model::CausalLM> m =
+      model::build_model(model::read_config_json(dir), dir + "/config.json", dtype);
+  load_checkpoint_weights(*m, dir);
+  return m;
 }
 
 } // namespace vlm::train

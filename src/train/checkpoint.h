@@ -1,5 +1,7 @@
-// Resumable training checkpoints (`checkpoint.format = "hdf5"`; DESIGN.md §7): the folders in
-// checkpoint.output_dir and how they are updated so that a crash never leaves a bad one behind.
+// Resumable training checkpoints (`checkpoint.format = "hdf5"`, the default; DESIGN.md §7): what
+// a step_N folder holds, how it is written so that a crash never leaves a bad one behind, and how
+// it is read back with every part checked. The folders around it (latest, keep_last, which run
+// an output_dir holds) are src/train/checkpoint_folder.h.
 //
 //   step_000500/            a complete checkpoint:
 //     state.h5              the TrainState (src/train/train_state.h) written collectively by every
@@ -7,23 +9,26 @@
 //                           /optim/<hf name>/{exp_avg,exp_avg_sq,master}, /state, plus /config
 //                           (the resolved training config) and /hf_config (the model's config.json)
 //     config.toml           the resolved training config, for people
-//     config.json, tokenizer files (+ preprocessor_config.json for a VLM): what `vlmtrain export`
-//                           and `model.model_dir` need next to state.h5
-//   step_000500.tmp/        a save in progress, or one a crash interrupted: never read; the next
-//                           save removes it
-//   latest -> step_000500   a symlink to the newest complete one, for scripts
+//     config.json, tokenizer files (+ preprocessor_config.json for a VLM): what `vlmtrain export`,
+//                           `generate` and `model.model_dir` need next to state.h5
 //
 // A save: rank 0 creates step_N.tmp/; every rank writes its rows of state.h5 and closes it (HDF5
 // flushes), fsyncs what it wrote; a barrier; rank 0 writes the small files, renames step_N.tmp to
-// step_N (atomic), fsyncs output_dir, points `latest` at it (a new link renamed over the old) and
-// removes the oldest beyond checkpoint.keep_last. A crash at any point leaves the earlier
-// checkpoints whole, and a folder is complete exactly when it is named step_N. An error on any
-// rank (disk full, permission) is thrown there, and `vlmtrain` ends the whole job with it
-// (src/main.cpp), so no rank trains on believing the state was saved.
+// step_N (atomic; an existing step_N is never replaced), fsyncs output_dir, points `latest` at it
+// and removes the oldest beyond checkpoint.keep_last. A crash at any point leaves the earlier
+// checkpoints whole. An error on any rank (disk full, permission) is thrown there, and `vlmtrain`
+// ends the whole job with it (src/main.cpp), so no rank trains on believing the state was saved.
+//
+// A read checks the whole checkpoint against the model before using any of it, on every path
+// (resume on one rank or many, model.model_dir, export, generate): config.json and /hf_config
+// against the model's config, every /model tensor there with the parameter's shape and a float
+// dtype, no tensor the model lacks, every dataset's bytes inside the file (io/hdf5_state.h), and
+// the /state document's fields in range (TrainState::load). Errors name the folder and the key.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,24 +36,11 @@
 
 #include "model/causal_lm.h"
 #include "parallel/process_group.h"
+#include "src/train/checkpoint_folder.h"
 #include "src/train/fault_injection.h"
 #include "src/train/train_state.h"
 
 namespace vlm::train {
-
-// output_dir/step_000500 (at least 6 digits).
-std::string checkpoint_step_dir(const std::string& output_dir, int64_t step);
-// The checkpoint's HDF5 file: dir/state.h5.
-std::string checkpoint_state_file(const std::string& dir);
-// A complete checkpoint folder: named step_N and holding state.h5.
-bool is_checkpoint_dir(const std::string& dir);
-// The complete checkpoints in output_dir, oldest (lowest step) first.
-std::vector<std::string> list_checkpoints(const std::string& output_dir);
-// checkpoint.resume -> the folder to resume from. "latest": the newest complete checkpoint in
-// output_dir, "" when there is none (a fresh start). A path: that checkpoint folder, or, for a
-// folder of checkpoints (an output_dir, or its `latest` link), its newest; an error naming the
-// path when it is neither.
-std::string resolve_resume(const std::string& resume, const std::string& output_dir);
 
 struct CheckpointSave {
   std::string output_dir;
@@ -74,9 +66,16 @@ nlohmann::json load_checkpoint(TrainState& state, const std::string& dir,
                                const nlohmann::json& hf_config, DType param_dtype);
 
 // The /model tensors of a checkpoint folder's state.h5 into `model` (materialized here; each
-// tensor converted to the parameter's dtype); one process. A tensor the model has and the file
-// lacks, or of another shape, is an error naming it. For `model.model_dir` pointing at a
-// checkpoint (training starts from its weights) and `vlmtrain export`.
+// tensor converted to the parameter's dtype); one process. Checked first: /hf_config equals the
+// model's config, every parameter's tensor is there with its shape and a float dtype, and the file
+// holds no tensor the model lacks. For `model.model_dir` pointing at a checkpoint (training starts
+// from its weights), `vlmtrain export` and `generate`.
 void load_checkpoint_weights(model::CausalLM& model, const std::string& dir);
+
+// The model of a checkpoint to run or export: a step_N folder (built from its config.json, weights
+// from state.h5) or an HF snapshot, in `dtype`. `path` is resolved by resolve_checkpoint_path
+// (a folder of checkpoints: its `latest`); `what` names the option in errors.
+std::shared_ptr<model::CausalLM> load_checkpoint_model(const std::string& path, DType dtype,
+                                                       const std::string& what);
 
 } // namespace vlm::train

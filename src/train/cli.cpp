@@ -10,6 +10,7 @@
 #include "src/core/device.h"
 #include "src/train/cmd_data.h"
 #include "src/train/cmd_dump.h"
+#include "src/train/cmd_export.h"
 #include "src/train/cmd_generate.h"
 #include "src/train/cmd_tokenize.h"
 #include "src/train/cmd_train.h"

@@ -6,12 +6,9 @@
 #include <filesystem>
 
 #include "io/demo_dataset.h"
-#include "model/hf_weights.h"
-#include "model/model_spec.h"
 #include "parallel/process_group.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
-#include "src/train/checkpoint.h"
 #include "src/train/config.h"
 #include "src/train/trainer.h"
 
@@ -39,13 +36,6 @@ const char* kTrainUsage = R"(usage: vlmtrain train [--config FILE] [--set sectio
   exits with code 75, for the job script to requeue; SIGINT: saves and exits with 130.
   --keys                    print every config key with its type, default and meaning (the
                             table of configs/README.md) and exit
-)";
-
-const char* kExportUsage = R"(usage: vlmtrain export --checkpoint DIR --out DIR [--dtype bf16|f32]
-  Writes an HF snapshot (config.json, model.safetensors, tokenizer files) that transformers
-  loads, from a checkpoint of `vlmtrain train`: a step_N folder (checkpoint.format = "hdf5",
-  saved by any number of ranks and any layout), a checkpoint.output_dir (its newest step_N), or a
-  checkpoint-step-N HF snapshot (or any HF snapshot of a registered model type).
 )";
 
 std::string value_of(const std::vector<std::string>& args, size_t& i) {
@@ -117,45 +107,6 @@ int cmd_train(const std::vector<std::string>& args) {
                  s.caption_accuracy < 0 ? " (not measured: set training.caption_eval_images)" : "");
     return 1;
   }
-  return 0;
-}
-
-int cmd_export(const std::vector<std::string>& args) {
-  std::string checkpoint, out;
-  DType dtype = DType::bf16;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    if (a == "--checkpoint")
-      checkpoint = value_of(args, i);
-    else if (a == "--out")
-      out = value_of(args, i);
-    else if (a == "--dtype")
-      dtype = parse_model_dtype(value_of(args, i), "--dtype");
-    else if (a == "--help" || a == "-h") {
-      std::printf("%s", kExportUsage);
-      return 0;
-    } else {
-      VLM_FAIL("unknown option '", a, "' for `vlmtrain export`\n", kExportUsage);
-    }
-  }
-  VLM_CHECK(!checkpoint.empty() && !out.empty(), "export: --checkpoint and --out are required\n",
-            kExportUsage);
-  // A folder of step_N checkpoints (an output_dir): its newest.
-  if (!is_checkpoint_dir(checkpoint) && !std::filesystem::exists(checkpoint + "/config.json")) {
-    const std::vector<std::string> all = list_checkpoints(checkpoint);
-    if (!all.empty()) checkpoint = all.back();
-  }
-  std::map<std::string, std::string> extra;
-  std::shared_ptr<model::CausalLM> m;
-  if (is_checkpoint_dir(checkpoint)) {
-    m = model::build_model(model::read_config_json(checkpoint), checkpoint + "/config.json",
-                           DType::f32);
-    load_checkpoint_weights(*m, checkpoint);
-  } else {
-    m = model::load_pretrained(checkpoint, DType::f32);
-  }
-  model::save_hf_snapshot(*m, m->hf_config(), out, dtype, checkpoint);
-  std::printf("exported %s (%s) to %s\n", m->summary().c_str(), dtype_name(dtype), out.c_str());
   return 0;
 }
 

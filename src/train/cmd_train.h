@@ -1,4 +1,4 @@
-// `vlmtrain train [--config FILE] [--set section.key=value ...]` and `vlmtrain export`.
+// `vlmtrain train [--config FILE] [--set section.key=value ...]`.
 #pragma once
 
 #include <string>
@@ -11,6 +11,5 @@ namespace vlm::train {
 inline constexpr int kRequeueExitCode = 75;
 
 int cmd_train(const std::vector<std::string>& args);
-int cmd_export(const std::vector<std::string>& args);
 
 } // namespace vlm::train

@@ -51,6 +51,12 @@ std::span<const EnumName<CheckpointFormat>> enum_names(CheckpointFormat*) {
                                                      {"hdf5", CheckpointFormat::hdf5}};
   return t;
 }
+std::span<const EnumName<HfSnapshot>> enum_names(HfSnapshot*) {
+  static constexpr EnumName<HfSnapshot> t[] = {{"final", HfSnapshot::final},
+                                               {"every_save", HfSnapshot::every_save},
+                                               {"never", HfSnapshot::never}};
+  return t;
+}
 std::span<const EnumName<DataParallel>> enum_names(DataParallel*) {
   static constexpr EnumName<DataParallel> t[] = {{"ddp", DataParallel::ddp},
                                                  {"fsdp", DataParallel::fsdp}};
@@ -739,9 +745,13 @@ public:
           "must be <= " + std::to_string(io::kMaxDecodePixels) + " (the image decode limit)");
     // [parallel]
     const auto& par = c.parallel;
-    check(par.tp_size >= 1, "parallel.tp_size", "must be >= 1");
-    check(par.dp_replicate >= 0, "parallel.dp_replicate", "must be >= 0 (0 = the ranks left)");
-    check(par.dp_shard >= 0, "parallel.dp_shard", "must be >= 0 (0 = the ranks left)");
+    const std::string most = std::to_string(kMaxMeshRanks);
+    check(par.tp_size >= 1 && par.tp_size <= kMaxMeshRanks, "parallel.tp_size",
+          "must be in [1, " + most + "]");
+    check(par.dp_replicate >= 0 && par.dp_replicate <= kMaxMeshRanks, "parallel.dp_replicate",
+          "must be in [0, " + most + "] (0 = the ranks left)");
+    check(par.dp_shard >= 0 && par.dp_shard <= kMaxMeshRanks, "parallel.dp_shard",
+          "must be in [0, " + most + "] (0 = the ranks left)");
     check(par.data_parallel == DataParallel::fsdp || par.dp_shard <= 1, "parallel.dp_shard",
           "must be 0 or 1 with parallel.data_parallel = \"ddp\" (ddp keeps the whole model on "
           "every rank; set data_parallel = \"fsdp\" to shard it)");
@@ -797,6 +807,7 @@ std::string type_text(const Field& f) {
 
 const char* nan_policy_name(NanPolicy p) { return name_of(p); }
 const char* checkpoint_format_name(CheckpointFormat f) { return name_of(f); }
+const char* hf_snapshot_name(HfSnapshot h) { return name_of(h); }
 const char* data_parallel_name(DataParallel d) { return name_of(d); }
 const char* grad_reduce_name(GradReduce g) { return name_of(g); }
 

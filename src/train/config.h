@@ -54,7 +54,11 @@ using parallel::AcMode;
 // What a non-finite loss or gradient norm does: abort (naming the step and the first non-finite
 // tensor) or skip the optimizer update and count it (training.max_skipped_steps).
 enum class NanPolicy : uint8_t { abort, skip };
+// hdf5: resumable step_N/ folders (src/train/checkpoint.h); safetensors: HF snapshots only.
 enum class CheckpointFormat : uint8_t { safetensors, hdf5 };
+// With hdf5 checkpoints, when an HF snapshot (checkpoint-step-N/) is written besides: after the
+// last step only, with every save, or never.
+enum class HfSnapshot : uint8_t { final, every_save, never };
 // ddp: every rank holds the whole model (dp_shard = 1); fsdp: parameters, gradients and optimizer
 // states sharded over the data-parallel ranks (DESIGN.md §6).
 enum class DataParallel : uint8_t { ddp, fsdp };
@@ -66,9 +70,13 @@ enum class GradReduce : uint8_t { automatic, every_micro_step, last_micro_step }
 
 // Packed rows per micro-batch at most: the rows are gathered in host memory before the step.
 constexpr int64_t kMaxMicroBatchRows = 4096;
+// Ranks of any one mesh dimension (parallel.tp_size, dp_replicate, dp_shard) at most: more than
+// any machine has, and small enough that their product cannot overflow.
+constexpr int64_t kMaxMeshRanks = int64_t(1) << 20;
 
 const char* nan_policy_name(NanPolicy p);
 const char* checkpoint_format_name(CheckpointFormat f);
+const char* hf_snapshot_name(HfSnapshot h);
 const char* data_parallel_name(DataParallel d);
 const char* grad_reduce_name(GradReduce g);
 
@@ -183,11 +191,15 @@ const char* grad_reduce_name(GradReduce g);
     "folder of the checkpoints (step_N/ or checkpoint-step-N/) and metrics.jsonl by default")      \
   X(int64_t, save_steps, 1000,                                                                     \
     "save every N optimizer steps and at total_steps; 0 = only the final checkpoint")              \
-  X(CheckpointFormat, format, CheckpointFormat::safetensors,                                       \
+  X(CheckpointFormat, format, CheckpointFormat::hdf5,                                              \
     "hdf5: resumable sharded step_N/ (parallel HDF5); safetensors: HF snapshots, not resumable")   \
-  X(int64_t, keep_last, 0, "hdf5: keep only the newest N step_N checkpoints; 0 = keep all")        \
+  X(HfSnapshot, hf_snapshot, HfSnapshot::final,                                                    \
+    "hdf5: also an HF snapshot checkpoint-step-N/ (generate, export, transformers): at the end, "  \
+    "every save, never")                                                                           \
+  X(int64_t, keep_last, 0,                                                                         \
+    "keep only the newest N step_N checkpoints (and N HF snapshots); 0 = keep all")               \
   X(std::string, resume, "",                                                                       \
-    "\"latest\" (the newest step_N in output_dir, else start fresh) or a step_N folder; \"\" = no")
+    "\"latest\" (what output_dir/latest names, else start fresh) or a step_N folder; \"\" = a new run")
 
 #define VLM_TRAIN_CONFIG_LOGGING(X)                                                                \
   X(int64_t, log_every, 10,                                                                        \

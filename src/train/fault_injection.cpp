@@ -1,7 +1,9 @@
 #include "src/train/fault_injection.h"
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -32,6 +34,12 @@ constexpr PointName kPoints[] = {{"step", FaultInjection::Point::step},
                                  {"save-closed", FaultInjection::Point::save_closed},
                                  {"save-renamed", FaultInjection::Point::save_renamed}};
 
+const char* kind_text(FaultInjection::Kind k) {
+  for (const Name& n : kKinds)
+    if (n.kind == k) return n.text;
+  return "?";
+}
+
 const char* point_text(FaultInjection::Point p) {
   for (const PointName& n : kPoints)
     if (n.point == p) return n.text;
@@ -52,10 +60,13 @@ FaultInjection parse_fault_injection(const std::string& text) {
   bool ok = parts.size() == 3 || parts.size() == 4;
   if (ok) {
     char* end = nullptr;
-    f.rank = int(std::strtol(parts[1].c_str(), &end, 10));
-    ok = !parts[1].empty() && *end == '\0' && f.rank >= 0;
+    errno = 0;
+    const long long rank = std::strtoll(parts[1].c_str(), &end, 10);
+    ok = !parts[1].empty() && *end == '\0' && errno == 0 && rank >= 0 && rank <= INT32_MAX;
+    f.rank = ok ? int(rank) : 0;
+    errno = 0;
     f.step = std::strtoll(parts[2].c_str(), &end, 10);
-    ok = ok && !parts[2].empty() && *end == '\0' && f.step >= 1;
+    ok = ok && !parts[2].empty() && *end == '\0' && errno == 0 && f.step >= 1;
     bool kind_ok = false, point_ok = parts.size() == 3;
     for (const Name& n : kKinds)
       if (parts[0] == n.text) f.kind = n.kind, kind_ok = true;
@@ -69,6 +80,22 @@ FaultInjection parse_fault_injection(const std::string& text) {
             "save-renamed, got '",
             text, "'");
   return f;
+}
+
+void check_fault_injection(const FaultInjection& fault, int world_size, int64_t first_step,
+                           int64_t total_steps, int64_t save_steps) {
+  if (fault.kind == FaultInjection::Kind::none) return;
+  const std::string what = "--inject-fault " + std::string(kind_text(fault.kind)) + ":" +
+                           std::to_string(fault.rank) + ":" + std::to_string(fault.step) + ":" +
+                           point_text(fault.point);
+  VLM_CHECK(fault.rank < world_size, what, " can never fire: rank ", fault.rank,
+            " is not in this job of ", world_size, " rank(s)");
+  VLM_CHECK(fault.step > first_step && fault.step <= total_steps, what,
+            " can never fire: this run trains steps ", first_step + 1, " to ", total_steps);
+  const bool saves = fault.step == total_steps || (save_steps > 0 && fault.step % save_steps == 0);
+  VLM_CHECK(fault.point == FaultInjection::Point::step || saves, what, " can never fire: step ",
+            fault.step, " saves no checkpoint (checkpoint.save_steps = ", save_steps,
+            ", total_steps = ", total_steps, ")");
 }
 
 void trigger_fault(const FaultInjection& fault, int rank, int64_t step,

@@ -24,6 +24,12 @@ struct FaultInjection {
 
 FaultInjection parse_fault_injection(const std::string& text);
 
+// A fault that can never fire in this run is an error naming --inject-fault: a rank outside the
+// job, a step outside (first_step, total_steps] (first_step: where the run starts or resumed),
+// or a save point at a step that saves nothing.
+void check_fault_injection(const FaultInjection& fault, int world_size, int64_t first_step,
+                           int64_t total_steps, int64_t save_steps);
+
 // Fails as `fault` says when it is due here: on world rank `rank`, at 1-based step `step`, point
 // `point`; otherwise returns.
 void trigger_fault(const FaultInjection& fault, int rank, int64_t step,

@@ -1,5 +1,8 @@
 #include "src/train/train_state.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "src/base/check.h"
@@ -62,12 +65,40 @@ void load_tensor(const TrainState& s, const io::StateReader& in, const std::stri
   in.read_rows_into(key, rows.row_begin, mine);
 }
 
+// Checked readers of the /state document: each error names the key and what was expected.
+const nlohmann::json& member(const nlohmann::json& obj, const std::string& key) {
+  VLM_CHECK(obj.is_object() && obj.contains(key), "/state has no '", key, "'");
+  return obj[key];
+}
+
+int64_t int_member(const nlohmann::json& obj, const std::string& key, int64_t lo, int64_t hi,
+                   const std::string& what) {
+  const nlohmann::json& v = member(obj, key);
+  VLM_CHECK(v.is_number_integer() &&
+                !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) &&
+                v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
+            "/state '", key, "' = ", v.dump(), ": expected ", what, " (an integer in [", lo, ", ",
+            hi, "])");
+  return v.get<int64_t>();
+}
+
+// Tensor `key` of the state: there, of `shape` and `dtype` (checked before anything is read).
+void check_stored_tensor(const io::StateReader& in, const std::string& key, const Shape& shape,
+                         DType dtype) {
+  VLM_CHECK(in.has(key), "'", key, "' is missing");
+  const Shape stored = in.shape(key);
+  const DType stored_dtype = in.dtype(key);
+  VLM_CHECK(stored == shape && stored_dtype == dtype, "'", key, "' holds ",
+            dtype_name(stored_dtype), shape_str(stored), " but this run's is ", dtype_name(dtype),
+            shape_str(shape));
+}
+
 } // namespace
 
 void TrainState::restore_loader(const nlohmann::json& saved) const {
   const int64_t ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   VLM_CHECK(saved.is_array() && !saved.empty(),
-            "TrainState: the state has no data position (saved without a loader)");
+            "/state 'loaders': no data position (saved without a loader)");
   if (int64_t(saved.size()) != ranks) {
     if (rank == 0)
       log_warn("resume: the checkpoint was saved by ", saved.size(),
@@ -76,7 +107,58 @@ void TrainState::restore_loader(const nlohmann::json& saved) const {
                "carry over: the data starts over from its beginning");
     return;
   }
-  loader->restore(io::LoaderState::from_json(saved.at(size_t(rank))));
+  // The error names the checkpoint's document: the saved position is what does not fit.
+  try {
+    loader->restore(io::LoaderState::from_json(saved.at(size_t(rank))));
+  } catch (const Error& e) {
+    VLM_FAIL("/state 'loaders'[", rank, "] (the data position saved for data-parallel rank ", rank,
+             ") does not fit this run's data: ", e.what());
+  }
+}
+
+void TrainState::check(const io::StateReader& in, const nlohmann::json& s) const {
+  const nlohmann::json& sched = member(s, "schedule");
+  VLM_CHECK(sched == schedule_json(*schedule), "the state was saved with the LR schedule ",
+            sched.dump(), " but this run has ", schedule_json(*schedule).dump());
+  const int64_t total = schedule->config().total_steps;
+  const int64_t done = int_member(s, "step", 0, total,
+                                  "the optimizer steps done, at most the "
+                                  "schedule's total_steps");
+  int_member(s, "tokens", 0, std::numeric_limits<int64_t>::max(), "a token count");
+  int_member(s, "padded_tokens", 0, std::numeric_limits<int64_t>::max(), "a token count");
+  int_member(s, "skipped_steps", 0, done, "the updates skipped, at most 'step'");
+  const nlohmann::json& r = member(s, "rng");
+  VLM_CHECK(r.is_array() && r.size() == 5 &&
+                std::all_of(r.begin(), r.end(),
+                            [](const nlohmann::json& w) { return w.is_number_unsigned(); }),
+            "/state 'rng' = ", r.dump().substr(0, 200), ": expected 5 unsigned 64-bit words");
+  const nlohmann::json& steps = member(s, "optimizer_steps");
+  VLM_CHECK(steps.is_object(), "/state 'optimizer_steps' is not an object");
+  for (const auto& [name, v] : steps.items())
+    int_member(steps, name, 0, done, "the AdamW steps of '" + name + "', at most 'step'");
+  const nlohmann::json& loaders = member(s, "loaders");
+  VLM_CHECK(loaders.is_array(), "/state 'loaders' is not a list");
+
+  // Every tensor against this run's model and optimizer, before any is read: its own shape
+  // (whole, also where this rank holds a shard) and dtype; and no tensor of another model.
+  std::map<std::string, Shape> shapes;
+  for (const auto& p : model->named_parameters()) {
+    auto it = sharded.find(p.name);
+    shapes[p.name] = it == sharded.end() ? p.tensor.shape() : it->second.full_shape;
+    check_stored_tensor(in, "model/" + p.name, shapes[p.name], p.tensor.dtype());
+  }
+  for (const std::string& name : in.children("model"))
+    VLM_CHECK(shapes.count(name), "'model/", name, "' is not a parameter of this model");
+  for (const std::string& name : in.children("optim"))
+    VLM_CHECK(shapes.count(name), "'optim/", name, "' is not a parameter of this model");
+  for (const std::string& name : optimizer->param_names()) {
+    if (!steps.contains(name)) continue; // not trained when saved: fresh AdamW state (load)
+    const optim::AdamWState& st = optimizer->state(name);
+    check_stored_tensor(in, optim_key(name, "exp_avg"), shapes.at(name), st.exp_avg.dtype());
+    check_stored_tensor(in, optim_key(name, "exp_avg_sq"), shapes.at(name), st.exp_avg_sq.dtype());
+    if (st.master.defined())
+      check_stored_tensor(in, optim_key(name, "master"), shapes.at(name), st.master.dtype());
+  }
 }
 
 void TrainState::save(io::StateWriter& out) const {
@@ -112,9 +194,7 @@ void TrainState::save(io::StateWriter& out) const {
 void TrainState::load(const io::StateReader& in) {
   check_complete(*this);
   const nlohmann::json s = in.read_json("state");
-  VLM_CHECK(s.at("schedule") == schedule_json(*schedule),
-            "TrainState: the state was saved with the LR schedule ", s.at("schedule").dump(),
-            " but this run has ", schedule_json(*schedule).dump());
+  check(in, s);
   // The loader first: it refuses a state of another data configuration before changing anything.
   if (loader) restore_loader(s.at("loaders"));
   NoGradGuard no_grad;
@@ -149,8 +229,7 @@ void TrainState::load(const io::StateReader& in) {
   tokens = s.at("tokens").get<int64_t>();
   padded_tokens = s.at("padded_tokens").get<int64_t>();
   skipped_steps = s.at("skipped_steps").get<int64_t>();
-  const auto r = s.at("rng").get<std::vector<uint64_t>>();
-  VLM_CHECK(r.size() == 5, "TrainState: the RNG state has ", r.size(), " words, expected 5");
+  const auto r = s.at("rng").get<std::vector<uint64_t>>(); // 5 words: check()
   rng.set_state({r[0], r[1], r[2], r[3], r[4]});
 }
 

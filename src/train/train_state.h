@@ -54,13 +54,18 @@ struct TrainState {
   std::map<std::string, parallel::ShardRows> sharded;
 
   void save(io::StateWriter& out) const;
-  // Overwrites the parameters, optimizer state and loader position of the objects above. A state
-  // of another LR schedule or data configuration is refused before anything changes; one of
-  // another model (a missing or mis-shaped tensor) is an error after which the objects are
-  // partly overwritten (build them anew).
+  // Overwrites the parameters, optimizer state and loader position of the objects above. The
+  // whole state is checked first, and anything that does not fit is refused before anything
+  // changes, naming the key: another LR schedule, a step past the schedule's end or below 0, a
+  // malformed /state, a tensor missing, of another shape or dtype, or of a parameter this model
+  // does not have (check()); a loader position of another data configuration (restore_loader).
+  // An error while reading the tensors (a damaged file) leaves the objects partly overwritten
+  // (build them anew).
   void load(const io::StateReader& in);
 
 private:
+  // The /state document `s` and every tensor's key, shape and dtype against this run's objects.
+  void check(const io::StateReader& in, const nlohmann::json& s) const;
   // Restores this rank's loader from the saved ranks' states (see "Resuming" above).
   void restore_loader(const nlohmann::json& saved) const;
 };

@@ -47,8 +47,9 @@ void check_supported(const TrainConfig& c) {
             ": tensor parallelism is not implemented yet (data parallelism is: "
             "parallel.data_parallel, dp_replicate, dp_shard)");
   VLM_CHECK(c.checkpoint.format != CheckpointFormat::hdf5 || io::hdf5_state_available(),
-            "config: checkpoint.format = \"hdf5\": this build has no parallel HDF5 (it needs MPI "
-            "and libhdf5-openmpi-dev; tools/install_deps.sh installs them); use \"safetensors\"");
+            "config: checkpoint.format = \"hdf5\" (the default): this build has no parallel HDF5 "
+            "(it needs MPI and libhdf5-openmpi-dev; tools/install_deps.sh installs them); set "
+            "checkpoint.format = \"safetensors\" for HF snapshots, which cannot resume a run");
   VLM_CHECK(!c.data.data_path.empty(), "config: data.data_path is required");
   VLM_CHECK(!c.model.tokenizer.empty(),
             "config: model.tokenizer is required (with model.preset there is no snapshot to take "
@@ -81,12 +82,6 @@ const char* signal_name(int sig) {
 
 std::string tokenizer_dir(const std::string& path) {
   return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
-}
-
-std::string checkpoint_dir(const TrainConfig& c, int64_t step) {
-  char name[64];
-  std::snprintf(name, sizeof name, "checkpoint-step-%lld", (long long)step);
-  return (fs::path(c.checkpoint.output_dir) / name).string();
 }
 
 // Describe (a preset or the snapshot's config.json), apply activation checkpointing from
@@ -193,7 +188,10 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
       c.parallel.data_parallel == DataParallel::fsdp);
   mesh_ = std::make_unique<parallel::DeviceMesh>(parallel::world_group(), shape);
   device_ = rank_device(c.training.device, world.local_rank);
-  if (rank0()) check_writable_dir(c.checkpoint.output_dir, "checkpoint.output_dir");
+  if (rank0()) { // before anything else: a run never replaces another run's checkpoints
+    check_writable_dir(c.checkpoint.output_dir, "checkpoint.output_dir");
+    check_run_folder(c.checkpoint.output_dir, c.checkpoint.resume, c.logging.metrics_file);
+  }
   const TrainingOptions& t = c.training;
   start_seconds_ = now_seconds();
   check_device_available(device_, "config: training.device");
@@ -248,7 +246,12 @@ void Trainer::resume() {
   const nlohmann::json saved =
       load_checkpoint(state_, resumed_from_, model_->hf_config(), config_.training.param_dtype);
   saved_step_ = state_.step;
+  mesh_->world().barrier(); // every rank has read it before rank 0 moves a newer branch aside
   if (!rank0()) return;
+  abandon_newer(ck.output_dir, resumed_from_, config_.logging.metrics_file);
+  if (done())
+    log_info("resume: ", resumed_from_, " is the end of the run (step ", state_.step, " of ",
+             config_.training.total_steps, "): nothing left to train");
   std::vector<std::string> changes; // what this run changes (the checks above allowed it)
   const nlohmann::json now = to_json(config_);
   for (const auto& [section, keys] : now.items())
@@ -297,6 +300,8 @@ void Trainer::log_memory() const {
 }
 
 void Trainer::set_fault_injection(const FaultInjection& fault) {
+  check_fault_injection(fault, mesh_->world().size(), state_.step, config_.training.total_steps,
+                        config_.checkpoint.save_steps);
   fault_ = fault;
   stepper_->set_fault_injection(fault, mesh_->world().rank());
 }
@@ -467,7 +472,8 @@ void Trainer::caption_accuracy() {
 
 void Trainer::save_checkpoint() {
   saved_step_ = state_.step;
-  if (config_.checkpoint.format == CheckpointFormat::hdf5) {
+  const CheckpointOptions& ck = config_.checkpoint;
+  if (ck.format == CheckpointFormat::hdf5) {
     CheckpointSave save;
     save.output_dir = config_.checkpoint.output_dir;
     save.keep_last = config_.checkpoint.keep_last;
@@ -482,9 +488,15 @@ void Trainer::save_checkpoint() {
     summary_.final_checkpoint = vlm::train::save_checkpoint(state_, save, mesh_->world());
     if (rank0())
       log_info("saved ", summary_.final_checkpoint, " in ", format_duration(now_seconds() - start));
+    if (ck.hf_snapshot == HfSnapshot::every_save || (ck.hf_snapshot == HfSnapshot::final && done()))
+      save_hf_snapshot();
     return;
   }
-  summary_.final_checkpoint = checkpoint_dir(config_, state_.step);
+  summary_.final_checkpoint = save_hf_snapshot();
+}
+
+std::string Trainer::save_hf_snapshot() {
+  const std::string dir = hf_snapshot_dir(config_.checkpoint.output_dir, state_.step);
   // A VLM snapshot records the image sizes it was trained on (`vlmtrain generate` reads them).
   std::map<std::string, std::string> extra;
   if (model_->has_vision())
@@ -493,13 +505,16 @@ void Trainer::save_checkpoint() {
   // checkpoint, where each rank writes its own shards, is issue 14.)
   if (fsdp_) fsdp_->unshard_all();
   if (rank0()) {
-    model::save_hf_snapshot(*model_, model_->hf_config(), summary_.final_checkpoint,
-                            config_.training.param_dtype, tokenizer_dir(config_.model.tokenizer),
-                            model::kDefaultMaxShardBytes, extra);
-    log_info("saved ", summary_.final_checkpoint);
+    model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype,
+                            tokenizer_dir(config_.model.tokenizer), model::kDefaultMaxShardBytes,
+                            extra);
+    rotate_checkpoints(config_.checkpoint.output_dir, config_.checkpoint.keep_last);
+    log_info("saved ", dir);
   }
   if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
   if (fsdp_) fsdp_->reshard_all();
+  summary_.hf_snapshot = dir;
+  return dir;
 }
 
 TrainSummary Trainer::run() {
@@ -535,12 +550,14 @@ TrainSummary Trainer::run() {
   if (s.eval_loss >= 0)
     std::printf(", eval loss %.4f (ppl %.2f)", s.eval_loss, std::exp(s.eval_loss));
   std::printf("\n  %lld real tokens (%.1f%% padding), %.0f tokens/s, peak tensor memory %.1f MiB, "
-              "%lld skipped steps\n  checkpoint %s, metrics %s\n",
+              "%lld skipped steps\n  checkpoint %s%s%s, metrics %s\n",
               (long long)s.real_tokens,
               100.0 * double(s.padded_tokens) /
                   double(std::max<int64_t>(1, s.real_tokens + s.padded_tokens)),
               double(s.real_tokens) / std::max(train_s, 1e-9), double(mem.peak_bytes) / (1 << 20),
               (long long)s.skipped_steps, s.final_checkpoint.c_str(),
+              s.hf_snapshot.empty() || s.hf_snapshot == s.final_checkpoint ? "" : ", HF snapshot ",
+              s.hf_snapshot == s.final_checkpoint ? "" : s.hf_snapshot.c_str(),
               config_.logging.metrics_file.c_str());
   if (const std::string skips = data_->train->report().summary(); !skips.empty())
     std::printf("  data: %lld samples read, %s", (long long)data_->train->samples_read(),

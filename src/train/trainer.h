@@ -60,6 +60,7 @@ struct TrainSummary {
   int64_t skipped_samples = 0; // by the training loader (its report: the end of the summary)
   double seconds = 0;
   std::string final_checkpoint; // folder of the last checkpoint written
+  std::string hf_snapshot;      // folder of the last HF snapshot written (may be the same)
   int stop_signal = 0;          // SIGTERM / SIGUSR1 / SIGINT that stopped the run early, or 0
 };
 
@@ -84,7 +85,8 @@ public:
   // The demo's caption accuracy (training.caption_eval_images; src/train/caption_eval.h),
   // printed with a few examples and kept in the summary.
   void caption_accuracy();
-  // The checkpoint of the current step: step_N/ (hdf5, collective) or checkpoint-step-N/.
+  // The checkpoint of the current step: step_N/ (hdf5, collective; with checkpoint.hf_snapshot
+  // also checkpoint-step-N/) or checkpoint-step-N/ (safetensors).
   void save_checkpoint();
 
   TrainState& state() { return state_; }
@@ -104,8 +106,11 @@ private:
   // Parameters, gradients and optimizer state on this rank against one process (logged).
   void log_memory() const;
   // checkpoint.resume: loads the checkpoint it names into the state, if any
-  // (src/train/checkpoint.h).
+  // (src/train/checkpoint.h), and moves a newer branch aside (src/train/checkpoint_folder.h).
   void resume();
+  // The HF snapshot output_dir/checkpoint-step-N of the current step (gathered, rank 0 writes);
+  // returns the folder.
+  std::string save_hf_snapshot();
 
   TrainConfig config_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;

@@ -13,9 +13,7 @@ using namespace vlm::io;
 
 namespace {
 
-std::string tokenizer_path() {
-  return std::string(VLM_QWEN3_TOKENIZER_DIR) + "/tokenizer.json";
-}
+std::string tokenizer_path() { return std::string(VLM_QWEN3_TOKENIZER_DIR) + "/tokenizer.json"; }
 
 RawSample make_sample(const std::string& key, const std::map<std::string, std::string>& parts,
                       const std::map<std::string, std::string>& subflavors = {}) {

@@ -3,8 +3,10 @@
 // errors — each names the tensor, and one error lists every problem.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -158,19 +160,44 @@ TEST_CASE("hf weights: a 2-shard snapshot with an index saves and loads") {
   CHECK(msg.find("does not exist") != std::string::npos);
 }
 
-TEST_CASE("hf weights: saving over an existing snapshot replaces it atomically") {
+TEST_CASE("hf weights: a snapshot goes into a new or empty folder only, never over files") {
   testing::TempDir tmp("hf_replace");
   Qwen3Config c = tiny_qwen3_config();
   Qwen3ForCausalLM a(c);
   Rng rng(1);
   a.init_weights(rng);
-  fs::create_directories(tmp.file("out"));
-  tmp.write("out/stale.txt", "old");
-  save_hf_snapshot(a, c.to_json(), tmp.file("out") + "/", DType::f32, "");
+  fs::create_directories(tmp.file("empty"));
+  fs::create_directories(tmp.file("out.tmp"));
+  tmp.write("out.tmp/mine.txt", "a folder of the user's that the old code removed");
+  save_hf_snapshot(a, c.to_json(), tmp.file("empty") + "/", DType::f32, "");
+  CHECK(fs::exists(tmp.file("empty/model.safetensors")));
+  save_hf_snapshot(a, c.to_json(), tmp.file("out"), DType::f32, "");
   CHECK(fs::exists(tmp.file("out/model.safetensors")));
-  CHECK_FALSE(fs::exists(tmp.file("out/stale.txt")));
-  CHECK_FALSE(fs::exists(tmp.file("out.old")));
-  CHECK_FALSE(fs::exists(tmp.file("out.tmp")));
+  CHECK(fs::exists(tmp.file("out.tmp/mine.txt")));
+  const auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(tmp.dir)) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  CHECK(entries() == std::vector<std::string>{"empty", "out", "out.tmp"}); // no temporary left
+  // A folder with files (a snapshot, a checkpoint, anything) and a file are refused untouched.
+  fs::create_directories(tmp.file("full"));
+  tmp.write("full/notes.txt", "keep me");
+  CHECK_THROWS_WITH(save_hf_snapshot(a, c.to_json(), tmp.file("full"), DType::f32, ""),
+                    Catch::Contains("full") && Catch::Contains("not empty"));
+  CHECK_THROWS_WITH(save_hf_snapshot(a, c.to_json(), tmp.file("out"), DType::f32, ""),
+                    Catch::Contains("not empty"));
+  tmp.write("afile", "keep me too");
+  CHECK_THROWS_WITH(save_hf_snapshot(a, c.to_json(), tmp.file("afile"), DType::f32, ""),
+                    Catch::Contains("afile") && Catch::Contains("not a folder"));
+  const auto read = [&](const std::string& name) {
+    std::ifstream f(tmp.file(name));
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  CHECK(read("full/notes.txt") == "keep me");
+  CHECK(read("afile") == "keep me too");
+  CHECK(entries() == std::vector<std::string>{"afile", "empty", "full", "out", "out.tmp"});
   CHECK_THROWS_WITH(
       save_hf_snapshot(a, c.to_json(), tmp.file("x"), DType::f32, tmp.file("no_such_dir")),
       Catch::Contains("no_such_dir"));

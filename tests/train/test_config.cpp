@@ -137,7 +137,8 @@ TEST_CASE("config: defaults are the reference trainer's", "[train][config]") {
   CHECK(!d.training.decay_biases);
   CHECK(!d.training.decay_embeddings);
   CHECK(d.training.nan_policy == NanPolicy::abort);
-  CHECK(d.checkpoint.format == CheckpointFormat::safetensors);
+  CHECK(d.checkpoint.format == CheckpointFormat::hdf5); // resumable by default (issue 31)
+  CHECK(d.checkpoint.hf_snapshot == HfSnapshot::final);
   CHECK(d.data.overlong_policy == io::OverlongPolicy::truncate);
 
   // A minimal file gives the defaults plus the resolved keys.
@@ -290,7 +291,11 @@ TEST_CASE("config: invalid values name key and value", "[train][config]") {
   CHECK_THAT(error_of(minimal("", "overlong_policy = \"split\"\n")),
              Contains("is not one of truncate, drop"));
   CHECK_THAT(error_of(kMinimal + "[parallel]\ntp_size = 0\n"),
-             Contains("parallel.tp_size = 0 must be >= 1"));
+             Contains("parallel.tp_size = 0 must be in [1, 1048576]"));
+  // Mesh sizes are bounded, so their product cannot overflow into a "matching" world size.
+  CHECK_THAT(error_of(kMinimal + "[parallel]\ndata_parallel = \"fsdp\"\n"
+                                 "dp_replicate = 4294967296\ndp_shard = 4294967296\n"),
+             Contains("parallel.dp_replicate = 4294967296 must be in [0, 1048576]"));
   CHECK_THAT(error_of(kMinimal + "[parallel]\ndata_parallel = \"hsdp\"\n"),
              Contains("is not one of ddp, fsdp"));
   CHECK_THAT(error_of(kMinimal + "[checkpoint]\nformat = \"pt\"\n"),
@@ -385,11 +390,12 @@ TEST_CASE("config: reference spellings and ignored reference keys", "[train][con
   CHECK(parse(kMinimal + "[training]\nbfloat16 = true\n", {"training.param_dtype=f32"})
             .training.param_dtype == DType::f32);
   CHECK(parse(kMinimal, {"training.bfloat16=false"}).training.param_dtype == DType::f32);
-  // The reference trainer's resume switch ([training]; ours was in [checkpoint]): "latest".
-  CHECK(parse(kMinimal + "[training]\nresume_checkpoint = true\n", {"checkpoint.format=hdf5"})
-            .checkpoint.resume == "latest");
+  // The reference trainer's resume switch ([training]; ours was in [checkpoint]): "latest", with
+  // no other key (checkpoints are resumable by default).
+  CHECK(parse(kMinimal + "[training]\nresume_checkpoint = true\n").checkpoint.resume == "latest");
   CHECK(parse(kMinimal, {"checkpoint.resume_checkpoint=false"}).checkpoint.resume.empty());
-  CHECK_THAT(error_of(kMinimal + "[training]\nresume_checkpoint = true\n"),
+  CHECK_THAT(error_of(kMinimal + "[training]\nresume_checkpoint = true\n[checkpoint]\n"
+                                 "format = \"safetensors\"\n"),
              Contains("needs checkpoint.format = \"hdf5\""));
 
   // Ignored with one warning each; [wandb] as a whole.
@@ -479,7 +485,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   c.parallel.collective_timeout_s = 0.5;
   c.checkpoint.output_dir = "runs/a b";
   c.checkpoint.save_steps = 0;
-  c.checkpoint.format = CheckpointFormat::hdf5;
+  c.checkpoint.hf_snapshot = HfSnapshot::every_save;
   c.checkpoint.keep_last = 3;
   c.checkpoint.resume = "latest";
   c.logging.log_every = 3;
@@ -487,14 +493,15 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   c.logging.progress = false;
   c.logging.peak_tflops = 989.4;
 
-  // Every field but model.preset (exclusive with model_dir) differs from the default, so the
-  // round trip really covers each one.
+  // Every field but model.preset (exclusive with model_dir) and checkpoint.format (resume needs
+  // the default, hdf5) differs from the default, so the round trip really covers each one.
   const nlohmann::json jc = to_json(c), jd = to_json(TrainConfig{});
   size_t keys = 0;
   for (const auto& [section, obj] : jc.items())
     for (const auto& [key, value] : obj.items()) {
       INFO(section << "." << key);
-      if (section + "." + key != "model.preset") CHECK(value != jd[section][key]);
+      const std::string full = section + "." + key;
+      if (full != "model.preset" && full != "checkpoint.format") CHECK(value != jd[section][key]);
       keys++;
     }
   CHECK(keys == train_config_keys().size());

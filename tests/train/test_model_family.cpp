@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "io/demo_dataset.h"
+#include "io/hdf5_state.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
+#include "src/train/cmd_export.h"
 #include "src/train/cmd_train.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
@@ -65,7 +67,9 @@ TEST_CASE("model family: a toy family registered through ModelSpec trains with v
   REQUIRE(losses.size() == 40);
   CHECK(losses.back() < 0.9 * losses.front());
 
-  // The final checkpoint is the family's HF snapshot; `vlmtrain export` and the registry load it.
+  // The final checkpoints: the resumable step_000040 (the default format) and the family's HF
+  // snapshot; `vlmtrain export` takes either (the output folder: what `latest` names), and the
+  // registry loads what it writes, the same weights from both.
   const std::string ckpt = tmp.file("out/checkpoint-step-40");
   REQUIRE(train::cmd_export(
               {"--checkpoint", ckpt, "--out", tmp.file("exported"), "--dtype", "f32"}) == 0);
@@ -73,6 +77,15 @@ TEST_CASE("model family: a toy family registered through ModelSpec trains with v
   CHECK(reloaded->model_type() == "toy_mlp_lm");
   CHECK(reloaded->blocks().size() == 2);
   CHECK(reloaded->head_weight().same(reloaded->find_parameter("model.embed_tokens.weight")));
+  REQUIRE(std::filesystem::exists(tmp.file("out/step_000040/state.h5")) ==
+          io::hdf5_state_available());
+  if (io::hdf5_state_available()) {
+    REQUIRE(train::cmd_export({"--checkpoint", tmp.file("out"), "--out", tmp.file("from_h5"),
+                               "--dtype", "f32"}) == 0);
+    auto from_h5 = model::load_pretrained(tmp.file("from_h5"), DType::f32);
+    for (const auto& p : reloaded->named_parameters())
+      CHECK(p.tensor.to_doubles() == from_h5->find_parameter(p.name).to_doubles());
+  }
 }
 
 TEST_CASE("model family: activation checkpointing from outside leaves the toy model's numbers") {
