@@ -34,11 +34,12 @@ mpi() { mpirun -np "$1" --oversubscribe "${@:2}"; }
 same() { $py "$root/tools/compare_checkpoints.py" "$@" --metrics; }
 
 "$bin" data make-demo data --train 300 --val 20 >/dev/null
-# The built-in VLM demo, tiny and short: 8 steps, a checkpoint every 3 and at the end.
+# The built-in VLM demo, tiny and short: 8 steps, a checkpoint every 3 and at the end; a new run
+# unless a case asks to resume (the demo itself resumes from its output_dir).
 common=(--set data.data_path=data/ --set model.tokenizer=data/ --set training.total_steps=8
   --set training.warmup_steps=2 --set training.eval_steps=0 --set logging.log_every=1
   --set data.seq_len=128 --set training.micro_batch_rows=2 --set training.caption_eval_images=0
-  --set checkpoint.save_steps=3 --set checkpoint.hf_snapshot=never)
+  --set checkpoint.save_steps=3 --set checkpoint.hf_snapshot=never --set checkpoint.resume=)
 train() { "$bin" train "${common[@]}" "$@"; }
 # expect_rc CODE LOG COMMAND...: runs COMMAND into LOG; fails unless it exits with CODE.
 expect_rc() {

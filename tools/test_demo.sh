@@ -32,6 +32,14 @@ expect_error() { # message, then the command
 grep -q "caption accuracy on 5 held-out images" log_vl.txt || { cat log_vl.txt; fail "no caption accuracy"; }
 vl=out_vl/checkpoint-step-60
 [[ -s $vl/model.safetensors ]] || fail "the VLM demo wrote no checkpoint"
+[[ -s out_vl/step_000060/state.h5 ]] || fail "the VLM demo wrote no resumable checkpoint"
+# Run again (README command 1 twice), the demo goes on from its own output: nothing to train.
+"$bin" train --set training.total_steps=60 --set training.warmup_steps=5 --set training.eval_steps=30 \
+  --set training.caption_eval_images=5 --set checkpoint.output_dir=out_vl >log_vl2.txt 2>&1 ||
+  { cat log_vl2.txt; fail "the main job run a second time failed"; }
+grep -q "is the end of the run (step 60 of 60): nothing left to train" log_vl2.txt ||
+  { cat log_vl2.txt; fail "the second run did not go on from the first"; }
+grep -q "caption accuracy on 5 held-out images" log_vl2.txt || fail "no caption accuracy (rerun)"
 [[ -s $vl/preprocessor_config.json ]] || fail "no preprocessor_config.json"
 # `vlmtrain generate` on the saved VLM checkpoint with a held-out image (its answer after 60
 # steps means nothing; tests/model/test_kv_cache.cpp checks the decoding), and its errors.
