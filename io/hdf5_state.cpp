@@ -277,7 +277,8 @@ void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& v
   const std::string path = dataset_path(key);
   VLM_CHECK(H5Lexists(file_, path.c_str(), H5P_DEFAULT) <= 0, "checkpoint: key '", key,
             "' is written twice");
-  const std::string text = value.dump();
+  // Invalid UTF-8 in a string (a path given in bytes) becomes U+FFFD rather than failing a save.
+  const std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), std::max<size_t>(text.size(), 1));
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
@@ -313,7 +314,8 @@ Hdf5StateReader::Hdf5StateReader(const std::string& path, MPI_Comm comm) : path_
   VLM_H5_CHECK(file_ >= 0, "checkpoint: cannot open '", path,
                "' as an HDF5 file (truncated, or not a checkpoint)");
   int version = -1;
-  if (H5Aexists(file_, kVersionAttr) > 0) {
+  const bool has_version = H5Aexists(file_, kVersionAttr) > 0;
+  if (has_version) {
     H5Handle attr(H5Aopen(file_, kVersionAttr, H5P_DEFAULT), H5Aclose);
     H5Handle space(attr.valid() ? H5Aget_space(attr.get()) : -1, H5Sclose);
     H5Handle type(attr.valid() ? H5Aget_type(attr.get()) : -1, H5Tclose);
@@ -323,11 +325,11 @@ Hdf5StateReader::Hdf5StateReader(const std::string& path, MPI_Comm comm) : path_
       H5Aread(attr.get(), H5T_NATIVE_INT, &version);
   }
   VLM_CHECK(version == kHdf5StateVersion, "checkpoint: '", path, "' ",
-            version < 0 ? std::string("is not a vlmtrain checkpoint (no ") + kVersionAttr + ")"
-                        : "has format version " + std::to_string(version) +
-                              "; this vlmtrain "
-                              "reads version " +
-                              std::to_string(kHdf5StateVersion));
+            version >= 0 ? "has format version " + std::to_string(version) +
+                               "; this vlmtrain reads version " + std::to_string(kHdf5StateVersion)
+            : has_version ? std::string("is not a vlmtrain checkpoint (its ") + kVersionAttr +
+                                " is not one integer)"
+                          : std::string("is not a vlmtrain checkpoint (no ") + kVersionAttr + ")");
 }
 
 Hdf5StateReader::~Hdf5StateReader() {

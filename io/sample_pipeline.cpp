@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/sampler.h"
+#include "io/unicode.h"
 #include "src/base/check.h"
 
 namespace vlm::io {
@@ -18,6 +19,11 @@ int64_t SkipReport::total() const {
 }
 
 void SkipReport::add(SkipExample example) {
+  // Names and messages come from the data (keys, shard names, sample text): kept as valid UTF-8,
+  // so the report prints cleanly and a checkpoint's loader state (JSON) always serializes.
+  for (std::string* s :
+       {&example.reason, &example.dataset, &example.shard, &example.key, &example.message})
+    if (unicode::utf8_find_invalid(*s) != std::string::npos) *s = unicode::utf8_lossy(*s);
   counts[example.reason]++;
   // A sample met again (the next epoch) is counted again but shown once.
   for (const SkipExample& e : examples)

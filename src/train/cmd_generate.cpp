@@ -149,9 +149,10 @@ int cmd_generate(const std::vector<std::string>& args) {
               ") is above max_pixels ", cfg.max_pixels, " (",
               max_pixels > 0 ? "--max-pixels" : pp.string(), ")");
     const std::string ext = fs::path(image_path).extension().string();
+    const std::string bytes = read_image_file(image_path);
     io::ProcessedImage p;
     try {
-      p = io::preprocess_image(io::decode_image(read_image_file(image_path), ext), cfg);
+      p = io::preprocess_image(io::decode_image(bytes, ext), cfg);
     } catch (const Error& e) {
       VLM_FAIL("generate: --image ", image_path, ": ", e.what());
     }

@@ -71,14 +71,15 @@ const nlohmann::json& member(const nlohmann::json& obj, const std::string& key) 
   return obj[key];
 }
 
+// obj[key] as an integer in [lo, hi]; `label` names it in the error ("" = the key).
 int64_t int_member(const nlohmann::json& obj, const std::string& key, int64_t lo, int64_t hi,
-                   const std::string& what) {
+                   const std::string& what, const std::string& label = "") {
   const nlohmann::json& v = member(obj, key);
   VLM_CHECK(v.is_number_integer() &&
                 !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) &&
                 v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
-            "/state '", key, "' = ", v.dump(), ": expected ", what, " (an integer in [", lo, ", ",
-            hi, "])");
+            "/state ", label.empty() ? "'" + key + "'" : label, " = ", v.dump(), ": expected ",
+            what, " (an integer in [", lo, ", ", hi, "])");
   return v.get<int64_t>();
 }
 
@@ -135,7 +136,8 @@ void TrainState::check(const io::StateReader& in, const nlohmann::json& s) const
   const nlohmann::json& steps = member(s, "optimizer_steps");
   VLM_CHECK(steps.is_object(), "/state 'optimizer_steps' is not an object");
   for (const auto& [name, v] : steps.items())
-    int_member(steps, name, 0, done, "the AdamW steps of '" + name + "', at most 'step'");
+    int_member(steps, name, 0, done, "the AdamW steps of a parameter, at most 'step'",
+               "'optimizer_steps'['" + name + "']");
   const nlohmann::json& loaders = member(s, "loaders");
   VLM_CHECK(loaders.is_array(), "/state 'loaders' is not a list");
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The command-level fuzz suite (issue 11, ctest label `fuzz`): broken inputs of every class --
-# Energon metadata, tar shards and indexes, sample JSON/text/images, safetensors, config.json,
-# tokenizer.json, TOML configs and --set values -- run through the real commands, each under
+# The command-level fuzz suite (issues 11 and 31, ctest label `fuzz`): broken inputs of every class
+# -- Energon metadata, tar shards and indexes, sample JSON/text/images, safetensors, config.json,
+# tokenizer.json, TOML configs and --set values; damaged state.h5 files, output_dir states,
+# export destinations, generate inputs, multi-rank layouts and fault flags -- run through the
+# real commands, each under
 # `ulimit -v` (2 GB) and `timeout 60`, and checked against what a good trainer does (exit 0 with
 # a reported skip for sample-level damage, else a non-zero exit whose message names the file, key
 # or sample; never a signal, a hang, a bad_alloc or a bare library exception).
@@ -42,5 +44,12 @@ python3 "$here/gen_cases.py" --base "$work/base" --repo "$root" --out "$work/cas
 if ((${#asan[@]})); then
   echo "run_fuzz: sanitizer build: no ulimit -v; ASan caps allocations and RSS at 2048 MB"
 fi
-python3 "$here/run_cases.py" --bin "$bin" --cases "$work/cases/cases.json" --jobs 2 \
-  --timeout 60 --mem-mb 2048 --report "$work/report.json" "${asan[@]}" "$@"
+# Checkpoints, resume, export, generate and multi-rank cases (issue 31): base runs trained here,
+# damaged state.h5 files made with Debian's h5py (python3-h5py, tools/install_deps.sh).
+/usr/bin/python3 -c "import h5py" ||
+  { echo "run_fuzz: Debian's python3-h5py is missing (tools/install_deps.sh installs it)" >&2; exit 1; }
+/usr/bin/python3 "$here/gen_checkpoint_cases.py" --bin "$bin" --base "$work/base" \
+  --out "$work/cases" --qwen-tokenizer "$qwen"
+python3 "$here/run_cases.py" --bin "$bin" --cases "$work/cases/cases.json" \
+  --cases "$work/cases/checkpoint_cases.json" --jobs 2 --timeout 60 --mem-mb 2048 \
+  --report "$work/report.json" "${asan[@]}" "$@"
