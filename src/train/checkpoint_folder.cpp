@@ -120,12 +120,11 @@ void rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
   if (keep_last <= 0) return;
   const CheckpointFolder f = scan_checkpoint_folder(output_dir);
   std::error_code ec;
-  for (const auto* list : {&f.complete, &f.snapshots})
-    for (size_t i = 0; i + size_t(keep_last) < list->size(); i++) {
-      if (!f.latest.empty() && same_folder((*list)[i], f.latest)) continue;
-      fs::remove_all((*list)[i], ec);
-      if (ec) log_warn("checkpoint: cannot remove the old ", (*list)[i], ": ", ec.message());
-    }
+  for (size_t i = 0; i + size_t(keep_last) < f.complete.size(); i++) {
+    if (!f.latest.empty() && same_folder(f.complete[i], f.latest)) continue;
+    fs::remove_all(f.complete[i], ec);
+    if (ec) log_warn("checkpoint: cannot remove the old ", f.complete[i], ": ", ec.message());
+  }
 }
 
 std::string checkpoint_step_dir(const std::string& output_dir, int64_t step) {

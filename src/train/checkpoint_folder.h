@@ -78,8 +78,8 @@ std::string resolve_checkpoint_path(const std::string& path, const std::string& 
 
 // `latest` -> dir (a folder in output_dir), replaced atomically (a new link renamed over the old).
 void point_latest_at(const std::string& output_dir, const std::string& dir);
-// checkpoint.keep_last: removes the oldest complete step_N beyond the newest `keep_last`, and as
-// many HF snapshots (checkpoint-step-N); never what `latest` names; 0 keeps every one.
+// checkpoint.keep_last: removes the oldest complete step_N beyond the newest `keep_last`, never
+// what `latest` names; 0 keeps every one. Nothing else is ever deleted (HF snapshots stay).
 void rotate_checkpoints(const std::string& output_dir, int64_t keep_last);
 
 // After resuming from `resumed` (a step_N folder): the step_N and checkpoint-step-N folders of

@@ -31,7 +31,7 @@ commands:
   dump           --model DIR --batch FILE --out FILE [--grads] [--dtype f32|bf16]: one forward
                  (+ backward) of an HF snapshot, logits/loss/grads to safetensors
   generate       --model DIR [--image FILE] --prompt TEXT [--max-new-tokens N]: greedy
-                 answer of an HF snapshot (a trained checkpoint) to one chat turn
+                 answer of a checkpoint (HF snapshot, step_N or output folder) to one chat turn
   models         the model types (config.json model_type) and presets this build knows
   device-query   print the CUDA devices this build sees (or why there are none)
   help           this text

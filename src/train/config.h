@@ -197,9 +197,9 @@ const char* grad_reduce_name(GradReduce g);
     "hdf5: also an HF snapshot checkpoint-step-N/ (generate, export, transformers): at the end, "  \
     "every save, never")                                                                           \
   X(int64_t, keep_last, 0,                                                                         \
-    "keep only the newest N step_N checkpoints (and N HF snapshots); 0 = keep all")               \
+    "keep only the newest N step_N checkpoints (HF snapshots stay); 0 = keep all")                 \
   X(std::string, resume, "",                                                                       \
-    "\"latest\" (what output_dir/latest names, else start fresh) or a step_N folder; \"\" = a new run")
+    "\"latest\" (what output_dir/latest names; none yet: fresh), a step_N folder, \"\" = a new run")
 
 #define VLM_TRAIN_CONFIG_LOGGING(X)                                                                \
   X(int64_t, log_every, 10,                                                                        \

@@ -508,7 +508,6 @@ std::string Trainer::save_hf_snapshot() {
     model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype,
                             tokenizer_dir(config_.model.tokenizer), model::kDefaultMaxShardBytes,
                             extra);
-    rotate_checkpoints(config_.checkpoint.output_dir, config_.checkpoint.keep_last);
     log_info("saved ", dir);
   }
   if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
