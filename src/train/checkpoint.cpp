@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "io/hdf5_state.h"
 #include "model/hf_weights.h"
@@ -29,7 +30,8 @@ void check_hdf5_build() {
   VLM_CHECK(io::hdf5_state_available(),
             "checkpoint.format = \"hdf5\": this build has no parallel HDF5 (it needs MPI and "
             "libhdf5-openmpi-dev; tools/install_deps.sh installs them)");
-  parallel::mpi_world(); // MPI-IO needs MPI initialized (one process: a world of one)
+  // MPI under a launcher (MPI-IO); a process without one writes through HDF5's POSIX driver.
+  parallel::mpi_world();
 }
 
 // Flushes a file or folder to the storage device (a crash of the node must not lose the rename
@@ -55,11 +57,12 @@ void write_file(const fs::path& path, const std::string& contents) {
 // .tmp folder is never a checkpoint: only a complete one is renamed to step_N).
 void prepare_tmp_dir(const fs::path& output_dir, const fs::path& tmp) {
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(output_dir, ec))
+  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
+    const std::string stem = e.path().stem().string(); // "step_000006" of step_000006.tmp
     if (e.is_directory() && !e.is_symlink() && e.path().extension() == ".tmp" &&
-        checkpoint_step_of(e.path().stem().string()) >= 0 &&
-        e.path().stem().string().rfind("step_", 0) == 0)
+        stem.rfind("step_", 0) == 0 && checkpoint_step_of(stem) >= 0)
       fs::remove_all(e.path(), ec);
+  }
   fs::create_directories(tmp, ec);
   VLM_CHECK(!ec, "checkpoint: cannot create ", tmp.string(), ": ", ec.message());
 }
@@ -173,10 +176,8 @@ nlohmann::json load_checkpoint(TrainState& state, const std::string& dir,
     const nlohmann::json config = in.read_json("config");
     const std::string saved_dtype = saved_param_dtype(config);
     VLM_CHECK(saved_dtype == dtype_name(param_dtype),
-              "it was trained with "
-              "training.param_dtype = \"",
-              saved_dtype, "\" and this run has \"", dtype_name(param_dtype),
-              "\"; resume with the same dtype");
+              "it was trained with training.param_dtype = \"", saved_dtype,
+              "\" and this run has \"", dtype_name(param_dtype), "\"; resume with the same dtype");
     state.load(in);
     return config;
   } catch (const Error& e) {
@@ -199,10 +200,10 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir) {
     // Every tensor checked before any is read: its shape is the parameter's (materialized from
     // config.json), never one read from the file.
     model.materialize();
-    std::map<std::string, bool> names;
+    std::set<std::string> names;
     for (const auto& p : model.named_parameters()) {
       const std::string key = "model/" + p.name;
-      names[p.name] = true;
+      names.insert(p.name);
       VLM_CHECK(in.has(key), "'", key, "' is missing");
       const Shape stored = in.shape(key);
       const DType dtype = in.dtype(key);

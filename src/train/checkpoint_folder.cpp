@@ -66,17 +66,15 @@ std::string latest_of(const CheckpointFolder& f, const std::string& what) {
   VLM_CHECK(!f.latest_not_link, what, ": ", f.dir,
             "/latest is not a link (a file or folder of that name): vlmtrain keeps a link there "
             "to the newest checkpoint; move it away");
+  const std::string others = f.complete.empty()
+                                 ? std::string()
+                                 : "; the complete checkpoints are " + name_list(f.complete, 8) +
+                                       ": resume from one with checkpoint.resume = PATH";
   if (!f.latest.empty() || f.latest_dangles) {
     VLM_CHECK(!f.latest_dangles && fs::exists(f.latest), what, ": ", f.dir, "/latest names ",
-              f.latest, ", which is not there",
-              f.complete.empty() ? std::string()
-                                 : "; the complete checkpoints are " + name_list(f.complete, 8) +
-                                       ": resume from one with checkpoint.resume = PATH");
+              f.latest, ", which is not there", others);
     VLM_CHECK(is_checkpoint_dir(f.latest), what, ": ", f.dir, "/latest names ", f.latest,
-              ", which is damaged (no state.h5)",
-              f.complete.empty() ? std::string()
-                                 : "; the complete checkpoints are " + name_list(f.complete, 8) +
-                                       ": resume from one with checkpoint.resume = PATH");
+              ", which is damaged (no state.h5)", others);
     return f.latest;
   }
   VLM_CHECK(f.damaged.empty(), what, ": ", f.dir,

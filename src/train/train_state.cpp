@@ -123,8 +123,7 @@ void TrainState::check(const io::StateReader& in, const nlohmann::json& s) const
             sched.dump(), " but this run has ", schedule_json(*schedule).dump());
   const int64_t total = schedule->config().total_steps;
   const int64_t done = int_member(s, "step", 0, total,
-                                  "the optimizer steps done, at most the "
-                                  "schedule's total_steps");
+                                  "the optimizer steps done, at most the schedule's total_steps");
   int_member(s, "tokens", 0, std::numeric_limits<int64_t>::max(), "a token count");
   int_member(s, "padded_tokens", 0, std::numeric_limits<int64_t>::max(), "a token count");
   int_member(s, "skipped_steps", 0, done, "the updates skipped, at most 'step'");

@@ -475,8 +475,8 @@ void Trainer::save_checkpoint() {
   const CheckpointOptions& ck = config_.checkpoint;
   if (ck.format == CheckpointFormat::hdf5) {
     CheckpointSave save;
-    save.output_dir = config_.checkpoint.output_dir;
-    save.keep_last = config_.checkpoint.keep_last;
+    save.output_dir = ck.output_dir;
+    save.keep_last = ck.keep_last;
     save.config = to_json(config_);
     save.config_toml = to_toml(config_);
     save.hf_config = model_->hf_config();
@@ -501,8 +501,8 @@ std::string Trainer::save_hf_snapshot() {
   std::map<std::string, std::string> extra;
   if (model_->has_vision())
     extra["preprocessor_config.json"] = io::image_processor_json(image_config());
-  // The whole model on every rank (FSDP gathers it), written by rank 0. (The sharded parallel-HDF5
-  // checkpoint, where each rank writes its own shards, is issue 14.)
+  // The whole model on every rank (FSDP gathers it), written by rank 0 (the resumable HDF5
+  // checkpoint is written by every rank, each its own shards).
   if (fsdp_) fsdp_->unshard_all();
   if (rank0()) {
     model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype,
