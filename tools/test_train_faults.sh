@@ -6,10 +6,13 @@
 #     (exit 75 for the first two: requeue; 130 for Ctrl-C);
 #   * an output_dir that cannot be written is refused before step 1;
 #   * a plan from `data pack --config` is accepted by training; `data pack` takes make-demo's own
-#     tokenizer; `--config` given a directory is an error.
+#     tokenizer; `--config` given a directory is an error;
+#   * one process without a launcher never starts MPI: under a 64 KiB file-size limit it trains
+#     and fails at the save naming the file, where MPI's own start (VLM_MPI=1) fails first.
 #   tools/test_train_faults.sh <path to vlmtrain>
 set -euo pipefail
 bin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
@@ -127,5 +130,26 @@ mkdir -p confdir
 if "$bin" train --config confdir >log_confdir.txt 2>&1; then fail "--config DIR was accepted"; fi
 grep -q 'config confdir: is a directory' log_confdir.txt ||
   { cat log_confdir.txt; fail "--config DIR: no clear error"; }
+# --- one process, no launcher: no MPI (issue 31) ----------------------------------------------------
+# Under a file-size limit OpenMPI's start fails (its shared-memory files); a single process must
+# not depend on it: it trains, and the save fails cleanly (SIGXFSZ ignored: writes get EFBIG).
+small() { # small VLM_MPI LOG: the text demo, 2 steps, under a 64 KiB file-size limit
+  env VLM_MPI="$1" bash -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' _ "$bin" train \
+    --config "$root/configs/demo-text.toml" --set data.data_path=data/ \
+    --set model.tokenizer=data/ --set training.total_steps=2 --set training.warmup_steps=1 \
+    --set training.eval_steps=0 --set "checkpoint.output_dir=out_nompi_$1" >"$2" 2>&1 && return 0
+}
+if small 0 log_nompi.txt; then fail "a save past the file-size limit succeeded"; fi
+grep -q '^step 2/2' log_nompi.txt || { cat log_nompi.txt; fail "one process did not train (MPI?)"; }
+grep -q "error: checkpoint: writing '.*' to 'out_nompi_0/step_000002.tmp/state.h5' failed" \
+  log_nompi.txt || { cat log_nompi.txt; fail "the failed save is not named"; }
+[[ ! -e out_nompi_0/latest ]] || fail "a failed save was linked as latest"
+# The same with MPI started anyway (OpenMPI here): it fails before step 1, so the check above
+# would catch a single process that starts MPI.
+if small 1 log_mpi.txt; then fail "a save past the file-size limit succeeded (VLM_MPI=1)"; fi
+if grep -q '^step ' log_mpi.txt; then
+  echo "note: MPI started under a 64 KiB file-size limit on this machine"
+fi
+
 echo "training faults: skips reported and bounded, signals stop cleanly, output_dir checked" \
-  "first, offline plans accepted"
+  "first, offline plans accepted, one process without MPI"
