@@ -1,9 +1,11 @@
 #include "src/train/cmd_data.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -53,24 +55,29 @@ std::string indent(const std::string& text, const std::string& prefix) {
   return out;
 }
 
-int64_t int_arg(const std::vector<std::string>& args, size_t& i) {
+// The value of option args[i] as an integer in [0, most], naming the option otherwise.
+int64_t int_arg(const std::vector<std::string>& args, size_t& i,
+                int64_t most = std::numeric_limits<int64_t>::max()) {
   VLM_CHECK(i + 1 < args.size(), "option ", args[i], " needs a value");
   char* end = nullptr;
-  long long v = std::strtoll(args[i + 1].c_str(), &end, 10);
-  VLM_CHECK(end && *end == '\0' && v >= 0, "option ", args[i],
-            " expects a non-negative integer, got '", args[i + 1], "'");
+  errno = 0;
+  const long long v = std::strtoll(args[i + 1].c_str(), &end, 10);
+  VLM_CHECK(end && *end == '\0' && errno == 0 && v >= 0 && v <= most, "option ", args[i],
+            " expects an integer in [0, ", most, "], got '", args[i + 1], "'");
   i++;
   return v;
 }
+
+constexpr int64_t kMaxDemoSamples = 10000000;
 
 int make_demo(const std::vector<std::string>& args) {
   io::DemoDatasetOptions o;
   std::string out;
   for (size_t i = 0; i < args.size(); i++) {
-    if (args[i] == "--train")
-      o.train_samples = int_arg(args, i);
+    if (args[i] == "--train") // bounded: the demo writes every sample (~5 KB each)
+      o.train_samples = int_arg(args, i, kMaxDemoSamples);
     else if (args[i] == "--val")
-      o.val_samples = int_arg(args, i);
+      o.val_samples = int_arg(args, i, kMaxDemoSamples);
     else if (args[i] == "--seed")
       o.seed = uint64_t(int_arg(args, i));
     else if (out.empty() && args[i][0] != '-')
@@ -236,7 +243,7 @@ int pack(const std::vector<std::string>& args) {
     else if (a == "--no-shuffle")
       opt.shuffle_rows = false;
     else if (a == "--threads")
-      threads = int_arg(args, i);
+      threads = int_arg(args, i, io::kMaxNumWorkers);
     else if (a == "--min-pixels")
       cfg.image.min_pixels = int_arg(args, i);
     else if (a == "--max-pixels")

@@ -14,7 +14,8 @@ a copy of what it needs, and OUT_DIR/checkpoint_cases.json in the format of gen_
   expect "rc"   with `rc`: the exit code (75: stopped by a signal after saving)
 The families (group names): damaged state.h5 through train on 1 and 2 ranks and through export;
 output_dir states (latest, step_N, snapshots, metrics, branches) through train; export
-destinations and sources; generate inputs and options; multi-rank layouts and fault flags.
+destinations and sources; generate inputs and options; multi-rank layouts and fault flags; the
+numbers of the data tools' options.
 """
 import argparse
 import json
@@ -653,6 +654,24 @@ class Gen:
             expect_files=[os.path.join(out, "step_000006", "state.h5")])
 
 
+    # --- 6. numbers of the data tools' options -----------------------------------------------
+
+    def data_options(self):
+        g = "data tool options"
+        d = self.case_dir("data_options")
+        demo = ["@BIN@", "data", "make-demo", os.path.join(d, "demo")]
+        add("data_make_demo_train_1e15", g, demo + ["--train", "1000000000000000"], "error",
+            ["--train"])
+        add("data_make_demo_val_negative", g, demo + ["--val", "-1"], "error", ["--val"])
+        add("data_make_demo_seed_2p64", g, demo + ["--seed", "18446744073709551616"], "error",
+            ["--seed"])
+        pack = ["@BIN@", "data", "pack", self.base, "--tokenizer", self.tok, "--seq-len", "64",
+                "--out", os.path.join(d, "plan.bin")]
+        add("data_pack_threads_huge", g, pack + ["--threads", "1000000"], "error", ["--threads"])
+        add("data_pack_seq_len_2p63", g, pack + ["--seq-len", "9223372036854775808"], "error",
+            ["--seq-len"])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", required=True)
@@ -663,7 +682,8 @@ def main():
     g = Gen(args)
     os.makedirs(g.out, exist_ok=True)
     g.bases()
-    for family in (g.damaged_states, g.folder_states, g.exports, g.generates, g.layouts):
+    for family in (g.damaged_states, g.folder_states, g.exports, g.generates, g.layouts,
+                   g.data_options):
         family()
     with open(os.path.join(g.out, "checkpoint_cases.json"), "w") as f:
         json.dump(CASES, f, indent=1)
