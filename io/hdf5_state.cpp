@@ -362,9 +362,7 @@ Shape shape_of(hid_t dataset, const std::string& what) {
   const int rank = H5Sget_simple_extent_ndims(space.get());
   VLM_H5_CHECK(rank >= 0, "cannot read the shape of ", what);
   VLM_CHECK(rank <= kMaxStoredDims, what, " has ", rank,
-            " dimensions; checkpoint tensors have at "
-            "most ",
-            kMaxStoredDims);
+            " dimensions; checkpoint tensors have at most ", kMaxStoredDims);
   std::vector<hsize_t> dims(size_t(rank), 0);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   hsize_t n = 1;

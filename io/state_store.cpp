@@ -34,6 +34,24 @@ Shape MemoryState::shape(const std::string& key) const {
   return it->second.shape();
 }
 
+void check_state_tensor(const StateReader& in, const std::string& key, const Shape& shape,
+                        std::optional<DType> dtype) {
+  VLM_CHECK(in.has(key), "'", key, "' is missing");
+  const Shape stored = in.shape(key);
+  const DType stored_dtype = in.dtype(key);
+  const bool dtype_ok = dtype ? stored_dtype == *dtype : is_floating(stored_dtype);
+  VLM_CHECK(stored == shape && dtype_ok, "'", key, "' holds ", dtype_name(stored_dtype),
+            shape_str(stored), " but this model's is ",
+            dtype ? std::string(dtype_name(*dtype)) : std::string("a float tensor of "),
+            shape_str(shape));
+}
+
+void check_state_group(const StateReader& in, const std::string& group,
+                       const std::set<std::string>& names) {
+  for (const std::string& name : in.children(group))
+    VLM_CHECK(names.count(name), "'", group, "/", name, "' is not a parameter of this model");
+}
+
 DType MemoryState::dtype(const std::string& key) const {
   auto it = tensors_.find(key);
   VLM_CHECK(it != tensors_.end(), "state: no tensor '", key, "'");
@@ -45,10 +63,8 @@ std::vector<std::string> MemoryState::children(const std::string& group) const {
   std::vector<std::string> out;
   const std::string prefix = group + "/";
   auto add = [&](const std::string& key) {
-    if (key.compare(0, prefix.size(), prefix) != 0) return;
-    const std::string name =
-        key.substr(prefix.size(), key.find('/', prefix.size()) - prefix.size());
-    if (out.empty() || out.back() != name) out.push_back(name);
+    if (key.compare(0, prefix.size(), prefix) == 0)
+      out.push_back(key.substr(prefix.size(), key.find('/', prefix.size()) - prefix.size()));
   };
   for (const auto& [key, t] : tensors_) add(key);
   for (const auto& [key, j] : json_) add(key);

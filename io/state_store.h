@@ -6,6 +6,8 @@
 #pragma once
 
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,15 @@ public:
   // dtype must match): a shard of another layout than the one that wrote it.
   virtual void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const = 0;
 };
+
+// Checks of a state against what its reader expects, made before anything is read (a size from
+// the file must never size an allocation); each error names the key.
+// The tensor under `key` is there with `shape` and `dtype` (any floating dtype: std::nullopt).
+void check_state_tensor(const StateReader& in, const std::string& key, const Shape& shape,
+                        std::optional<DType> dtype);
+// Every name directly under `group` is one of `names`: no tensor of a parameter this model lacks.
+void check_state_group(const StateReader& in, const std::string& group,
+                       const std::set<std::string>& names);
 
 // Both sides in memory: tensors are copied to the CPU on write.
 class MemoryState final : public StateWriter, public StateReader {

@@ -202,17 +202,10 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir) {
     model.materialize();
     std::set<std::string> names;
     for (const auto& p : model.named_parameters()) {
-      const std::string key = "model/" + p.name;
       names.insert(p.name);
-      VLM_CHECK(in.has(key), "'", key, "' is missing");
-      const Shape stored = in.shape(key);
-      const DType dtype = in.dtype(key);
-      VLM_CHECK(stored == p.tensor.shape() && is_floating(dtype), "'", key, "' holds ",
-                dtype_name(dtype), shape_str(stored), " but this model's is a float tensor of ",
-                shape_str(p.tensor.shape()));
+      io::check_state_tensor(in, "model/" + p.name, p.tensor.shape(), std::nullopt); // any float
     }
-    for (const std::string& name : in.children("model"))
-      VLM_CHECK(names.count(name), "'model/", name, "' is not a parameter of this model");
+    io::check_state_group(in, "model", names);
     NoGradGuard no_grad;
     for (const auto& p : model.named_parameters()) {
       const std::string key = "model/" + p.name;

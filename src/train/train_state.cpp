@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -83,17 +84,6 @@ int64_t int_member(const nlohmann::json& obj, const std::string& key, int64_t lo
   return v.get<int64_t>();
 }
 
-// Tensor `key` of the state: there, of `shape` and `dtype` (checked before anything is read).
-void check_stored_tensor(const io::StateReader& in, const std::string& key, const Shape& shape,
-                         DType dtype) {
-  VLM_CHECK(in.has(key), "'", key, "' is missing");
-  const Shape stored = in.shape(key);
-  const DType stored_dtype = in.dtype(key);
-  VLM_CHECK(stored == shape && stored_dtype == dtype, "'", key, "' holds ",
-            dtype_name(stored_dtype), shape_str(stored), " but this run's is ", dtype_name(dtype),
-            shape_str(shape));
-}
-
 } // namespace
 
 void TrainState::restore_loader(const nlohmann::json& saved) const {
@@ -143,22 +133,23 @@ void TrainState::check(const io::StateReader& in, const nlohmann::json& s) const
   // Every tensor against this run's model and optimizer, before any is read: its own shape
   // (whole, also where this rank holds a shard) and dtype; and no tensor of another model.
   std::map<std::string, Shape> shapes;
+  std::set<std::string> names;
   for (const auto& p : model->named_parameters()) {
     auto it = sharded.find(p.name);
     shapes[p.name] = it == sharded.end() ? p.tensor.shape() : it->second.full_shape;
-    check_stored_tensor(in, "model/" + p.name, shapes[p.name], p.tensor.dtype());
+    names.insert(p.name);
+    io::check_state_tensor(in, "model/" + p.name, shapes[p.name], p.tensor.dtype());
   }
-  for (const std::string& name : in.children("model"))
-    VLM_CHECK(shapes.count(name), "'model/", name, "' is not a parameter of this model");
-  for (const std::string& name : in.children("optim"))
-    VLM_CHECK(shapes.count(name), "'optim/", name, "' is not a parameter of this model");
+  io::check_state_group(in, "model", names);
+  io::check_state_group(in, "optim", names);
   for (const std::string& name : optimizer->param_names()) {
     if (!steps.contains(name)) continue; // not trained when saved: fresh AdamW state (load)
     const optim::AdamWState& st = optimizer->state(name);
-    check_stored_tensor(in, optim_key(name, "exp_avg"), shapes.at(name), st.exp_avg.dtype());
-    check_stored_tensor(in, optim_key(name, "exp_avg_sq"), shapes.at(name), st.exp_avg_sq.dtype());
+    io::check_state_tensor(in, optim_key(name, "exp_avg"), shapes.at(name), st.exp_avg.dtype());
+    io::check_state_tensor(in, optim_key(name, "exp_avg_sq"), shapes.at(name),
+                           st.exp_avg_sq.dtype());
     if (st.master.defined())
-      check_stored_tensor(in, optim_key(name, "master"), shapes.at(name), st.master.dtype());
+      io::check_state_tensor(in, optim_key(name, "master"), shapes.at(name), st.master.dtype());
   }
 }
 

@@ -552,6 +552,8 @@ class Gen:
              ["--max-new-tokens"]),
             ("max_new_tokens_past_positions", gen(text, "--max-new-tokens", "5000"), "error",
              ["--max-new-tokens"]),
+            ("vl_max_new_tokens_past_positions", gen(vl, "--image", image, "--max-new-tokens",
+                                                     "5000"), "error", ["--max-new-tokens"]),
             ("max_new_tokens_0", gen(text, "--max-new-tokens", "0"), "error",
              ["--max-new-tokens"]),
             ("max_new_tokens_negative", gen(text, "--max-new-tokens", "-5"), "error",

@@ -4,8 +4,12 @@
 // belong to the run.
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "io/demo_dataset.h"
 #include "io/state_store.h"
@@ -127,6 +131,81 @@ TEST_CASE("train state: a state from another run is refused, naming what differs
   // Another data order (seed): the loader refuses the position.
   train::Trainer reseeded(demo_config(data, tmp.file("d"), "training.seed=5"));
   CHECK_THAT(error_of([&] { reseeded.state().load(saved); }), Contains("seed"));
+}
+
+// A copy of `in` with `edit` applied to each key's tensor or JSON document (return false to drop
+// the key), plus `extra` tensors.
+io::MemoryState
+forged(const io::MemoryState& in,
+       const std::function<bool(const std::string&, Tensor&, nlohmann::json&)>& edit,
+       const std::map<std::string, Tensor>& extra = {}) {
+  io::MemoryState out;
+  for (const std::string& key : in.keys()) {
+    Tensor t;
+    nlohmann::json j;
+    const bool tensor = key != "state"; // TrainState::save's one JSON document
+    if (tensor) {
+      t = Tensor::zeros(in.shape(key), in.dtype(key));
+      in.read_tensor_into(key, t);
+    } else {
+      j = in.read_json(key);
+    }
+    if (!edit(key, t, j)) continue;
+    if (tensor)
+      out.write_tensor(key, t);
+    else
+      out.write_json(key, j);
+  }
+  for (const auto& [key, t] : extra) out.write_tensor(key, t);
+  return out;
+}
+
+TEST_CASE("train state: a damaged state is refused, naming the key, before anything changes") {
+  testing::TempDir tmp("train_state_damaged");
+  const std::string data = tmp.file("demo_data");
+  io::make_demo_dataset(data);
+  io::MemoryState saved;
+  {
+    train::Trainer t(demo_config(data, tmp.file("a")));
+    t.train_step();
+    t.state().save(saved);
+  }
+  train::Trainer fresh(demo_config(data, tmp.file("b")));
+  const std::string w = "model.language_model.layers.0.mlp.up_proj.weight";
+  const std::vector<double> before = fresh.model().find_parameter(w).to_doubles();
+  const auto refused = [&](const io::MemoryState& st) {
+    return error_of([&] { fresh.state().load(st); });
+  };
+  // One row more: the one-process path read only the rows it expected before (issue 31).
+  CHECK_THAT(refused(forged(saved,
+                            [&](const std::string& key, Tensor& t, nlohmann::json&) {
+                              if (key == "model/" + w)
+                                t = Tensor::zeros({t.size(0) + 1, t.size(1)}, t.dtype());
+                              return true;
+                            })),
+             Contains("'model/" + w + "' holds bf16(") && Contains("but this model's is bf16("));
+  CHECK_THAT(refused(forged(saved,
+                            [](const std::string& key, Tensor&, nlohmann::json& j) {
+                              if (key == "state") j["step"] = int64_t(1) << 50;
+                              return true;
+                            })),
+             Contains("/state 'step' = 1125899906842624"));
+  CHECK_THAT(refused(forged(saved,
+                            [](const std::string& key, Tensor&, nlohmann::json& j) {
+                              if (key == "state") j.erase("schedule");
+                              return true;
+                            })),
+             Contains("/state has no 'schedule'"));
+  CHECK_THAT(
+      refused(forged(saved, [](const std::string&, Tensor&, nlohmann::json&) { return true; },
+                     {{"model/zzz.extra", Tensor::zeros({3})}})),
+      Contains("'model/zzz.extra' is not a parameter of this model"));
+  CHECK_THAT(
+      refused(forged(saved, [&](const std::string& key, Tensor&,
+                                nlohmann::json&) { return key != "optim/" + w + "/exp_avg"; })),
+      Contains("'optim/" + w + "/exp_avg' is missing"));
+  // Refused before anything changed.
+  CHECK(fresh.model().find_parameter(w).to_doubles() == before);
 }
 
 TEST_CASE("memory state: whole tensors as rows, rows read back, partial writes refused") {
