@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "bench/mpi_timing.h"
-#include "io/hdf5_state.h"
+#include "io/state/hdf5_state.h"
 #include "parallel/mpi_env.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"

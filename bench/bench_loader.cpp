@@ -25,8 +25,8 @@
 
 #include <jpeglib.h> // after <cstdio>: it needs size_t and FILE
 
-#include "io/energon_writer.h"
-#include "io/loader.h"
+#include "io/energon/writer.h"
+#include "io/loader/loader.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "io/tokenizer.h"
+#include "io/text/tokenizer.h"
 #include "src/base/check.h"
 
 namespace {

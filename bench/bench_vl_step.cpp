@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "model/batch_file.h"
 #include "model/model_spec.h"
 #include "src/base/check.h"
-#include "src/train/cmd_dump.h"
 #include "src/train/config.h"
 #include "src/train/train_step.h"
 
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     c.model.train_llm = c.model.train_mlp = c.model.train_vit = true;
     train::TrainStepper stepper(c, m);
 
-    model::Batch b = train::read_batch_file(batch_path, m->has_vision());
+    model::Batch b = model::read_batch_file(batch_path, m->has_vision());
     model::validate_batch(b, m->vocab_size());
     const std::vector<model::Batch> batch{b};
     double loss_first = 0, loss_last = 0;

@@ -3,7 +3,7 @@
 #include <limits>
 #include <vector>
 
-#include "io/packing.h"
+#include "io/loader/packing.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/shape_ops.h"
 

@@ -35,7 +35,7 @@ struct Batch {
 
 // From HF-aligned labels (unshifted: labels[t] belongs to input_ids[t], the loss scores position t
 // against labels[t + 1], the last position is ignored): targets = io::next_token_targets(labels)
-// (io/packing.h). Packed rows must carry -100 on each document's first label, so no target
+// (io/loader/packing.h). Packed rows must carry -100 on each document's first label, so no target
 // crosses a document. Accepts [T] or [1, T] tensors (i32 / i64; cu_seqlens i32 / i64) and returns
 // the [T] forms with i64 ids, targets and positions and i32 cu_seqlens.
 Batch batch_from_labels(const Tensor& input_ids, const Tensor& labels, const Tensor& position_ids,

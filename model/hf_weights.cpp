@@ -14,7 +14,7 @@
 #include <sstream>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/shape_ops.h"

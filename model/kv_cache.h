@@ -1,5 +1,5 @@
 // Keys and values of the tokens seen so far, per decoder layer, for incremental decoding
-// (src/train/generate.h). A forward whose Batch carries a KVCache is one document continuing the
+// (model/generate.h). A forward whose Batch carries a KVCache is one document continuing the
 // cached one: the first (prefill) runs the prompt with causal attention and fills the cache; each
 // later forward adds one token, whose query attends to every cached key and its own, so its
 // layers run on one token instead of the whole sequence. No gradients flow through a cache.

@@ -7,7 +7,7 @@
 
 #include "parallel/mpi_env.h"
 #include "src/base/logging.h"
-#include "src/train/cli.h"
+#include "src/cli/cli.h"
 
 int main(int argc, char** argv) {
 #if defined(VLM_CPU_ARCH) && (defined(__x86_64__) || defined(_M_X64))
@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   }
 #endif
   try {
-    return vlm::train::run_cli(argc, argv);
+    return vlm::cli::run_cli(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%serror: %s\n", vlm::rank_prefix().c_str(), e.what());
     std::fflush(stderr);

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Enforces the include layering of DESIGN.md §3 on `#include "..."` lines (rooted at the repo):
-#   src/base <- kernels <- src/core <- src/nn <- src/optim <- parallel, io <- model <- src/train
+#   src/base <- kernels <- src/core <- src/nn <- src/optim <- parallel, io <- model <- src/demo
+#   <- src/train <- src/cli (src/main.cpp)
 # parallel/ and io/ do not include each other; nothing but tests/ includes tests/.
+# io/ is one folder per concern: energon/ and image/ and state/ stand alone, text/ reads energon/
+# (its RawSample), loader/ reads all four.
 # Model families (DESIGN.md §4.1): a folder model/<family>/ includes no other family's folder, only
 # the contract in model/ and the shared towers (model/vision/: the vision tower; model/text/: the
-# Qwen3 decoder layer of the Qwen3 and Qwen3-VL text stacks), and the application (src/train,
-# src/main.cpp) includes no family at all: it asks the registry (model/model_spec.h).
+# Qwen3 decoder layer of the Qwen3 and Qwen3-VL text stacks), and the application (src/demo,
+# src/train, src/cli, src/main.cpp) includes no family at all: it asks the registry
+# (model/model_spec.h).
 # A quoted include that names no project folder but resolves next to the including file is a
 # relative include and is reported too; anything else (third-party headers) is ignored.
 # Usage: tools/check_layering.sh <repo_root>   (exit 0 clean, 1 on violations, 2 on misuse)
@@ -18,7 +22,9 @@ cd "$root"
 base="src/base/"
 core_up="$base kernels/ src/core/"
 library="$core_up src/nn/ src/optim/"
-everything="$library parallel/ io/ model/ src/train/ src/ bench/ tests/"
+io_all="io/energon/ io/text/ io/image/ io/state/ io/loader/"
+application="$library parallel/ $io_all model/ src/demo/ src/train/"
+everything="$application src/cli/ src/ bench/ tests/"
 not_tests="${everything% tests/}"
 
 # The folder (layer) of a repo-relative path; most specific prefix first.
@@ -28,9 +34,13 @@ layer_of() {
     src/core/*) echo src/core ;;
     src/nn/*) echo src/nn ;;
     src/optim/*) echo src/optim ;;
+    src/demo/*) echo src/demo ;;
     src/train/*) echo src/train ;;
-    src/*) echo src ;; # src/main.cpp: the application, same rights as src/train
-    kernels/* | parallel/* | io/* | model/* | bench/* | tests/*) echo "${1%%/*}" ;;
+    src/cli/*) echo src/cli ;;
+    src/*) echo src ;; # src/main.cpp: the executable, same rights as src/cli
+    io/energon/* | io/text/* | io/image/* | io/state/* | io/loader/*) echo "${1%/*}" ;;
+    io/*) echo io ;; # a file at io/'s top: none belongs there
+    kernels/* | parallel/* | model/* | bench/* | tests/*) echo "${1%%/*}" ;;
     *) echo "" ;;
   esac
 }
@@ -44,9 +54,14 @@ allowed_for() {
     src/nn) echo "$core_up src/nn/" ;;
     src/optim) echo "$library" ;;
     parallel) echo "$library parallel/" ;;
-    io) echo "$library io/" ;;
-    model) echo "$library parallel/ io/ model/" ;;
-    src/train | src | bench) echo "$not_tests" ;;
+    io/energon | io/image | io/state) echo "$library $1/" ;;
+    io/text) echo "$library io/energon/ io/text/" ;;
+    io/loader) echo "$library $io_all" ;;
+    io) echo "" ;;
+    model) echo "$library parallel/ $io_all model/" ;;
+    src/demo) echo "$library parallel/ $io_all model/ src/demo/" ;;
+    src/train) echo "$application" ;;
+    src/cli | src | bench) echo "$not_tests" ;;
     tests) echo "$everything" ;;
   esac
 }
@@ -93,7 +108,7 @@ while IFS= read -r -d '' file; do
             "contract in model/, model/vision/ and model/text/)"
           violations=$((violations + 1))
         fi
-      elif [[ $layer == src/train || $layer == src ]]; then
+      elif [[ $layer == src || $layer == src/* ]]; then
         echo "$file:$line: $layer must not include $inc (a model family; the application asks" \
           "the registry, model/model_spec.h)"
         violations=$((violations + 1))

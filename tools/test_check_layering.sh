@@ -29,15 +29,22 @@ make_clean() {
   make_file "$d" src/nn/module.h src/core/tensor.h
   make_file "$d" src/optim/adamw.h src/nn/module.h src/core/tensor.h
   make_file "$d" parallel/fsdp.h src/optim/adamw.h parallel/mesh.h
-  make_file "$d" io/safetensors.h src/core/tensor.h
-  make_file "$d" io/safetensors.cpp io/safetensors.h src/core/tensor.h
+  make_file "$d" io/state/safetensors.h src/core/tensor.h
+  make_file "$d" io/state/safetensors.cpp io/state/safetensors.h src/core/tensor.h
   make_file "$d" model/causal_lm.h src/nn/module.h
   make_file "$d" model/registry.cpp model/causal_lm.h model/qwen3/spec.h model/qwen3_vl/spec.h
-  make_file "$d" model/qwen3/model.cpp io/safetensors.h parallel/fsdp.h model/causal_lm.h \
+  make_file "$d" model/qwen3/model.cpp io/state/safetensors.h parallel/fsdp.h model/causal_lm.h \
     model/qwen3/model.h
   make_file "$d" model/qwen3_vl/model.cpp model/vision/tower.h model/causal_lm.h
-  make_file "$d" src/train/trainer.cpp model/model_spec.h io/loader.h
-  make_file "$d" src/main.cpp src/train/trainer.h
+  make_file "$d" io/energon/tar.h src/core/tensor.h
+  make_file "$d" io/text/chat_format.h io/energon/raw_sample.h src/core/tensor.h
+  make_file "$d" io/image/decode.h src/base/check.h
+  make_file "$d" io/loader/loader.h io/text/chat_format.h io/image/decode.h io/state/safetensors.h
+  make_file "$d" model/generate.h model/causal_lm.h io/loader/position_ids.h
+  make_file "$d" src/demo/caption_eval.cpp model/generate.h io/image/decode.h
+  make_file "$d" src/train/trainer.cpp model/model_spec.h io/loader/loader.h src/demo/caption_eval.h
+  make_file "$d" src/cli/cmd_train.cpp src/train/trainer.h src/demo/demo_dataset.h
+  make_file "$d" src/main.cpp src/cli/cli.h
   make_file "$d" bench/bench_gemm.cpp kernels/gemm.h src/train/trainer.h
   make_file "$d" tests/core/test_tensor.cpp tests/skip.h src/core/tensor.h model/qwen3/model.h
   # Angle includes and unknown quoted headers (third-party) are not the checker's business.
@@ -84,10 +91,20 @@ bad_case "core -> nn" src/core/bad.cpp src/nn/module.h \
   "src/core/bad.cpp:2: src/core must not include src/nn/module.h"
 bad_case "nn -> optim" src/nn/bad.cpp src/optim/adamw.h \
   "src/nn/bad.cpp:2: src/nn must not include src/optim/adamw.h"
-bad_case "io -> parallel" io/bad.cpp parallel/fsdp.h \
-  "io/bad.cpp:2: io must not include parallel/fsdp.h"
-bad_case "parallel -> io" parallel/bad.cpp io/safetensors.h \
-  "parallel/bad.cpp:2: parallel must not include io/safetensors.h"
+bad_case "io -> parallel" io/loader/bad.cpp parallel/fsdp.h \
+  "io/loader/bad.cpp:2: io/loader must not include parallel/fsdp.h"
+bad_case "io/energon -> io/loader" io/energon/bad.cpp io/loader/loader.h \
+  "io/energon/bad.cpp:2: io/energon must not include io/loader/loader.h"
+bad_case "io/state -> io/text" io/state/bad.cpp io/text/tokenizer.h \
+  "io/state/bad.cpp:2: io/state must not include io/text/tokenizer.h"
+bad_case "io/text -> io/image" io/text/bad.cpp io/image/decode.h \
+  "io/text/bad.cpp:2: io/text must not include io/image/decode.h"
+bad_case "io/image -> io/energon" io/image/bad.cpp io/energon/tar.h \
+  "io/image/bad.cpp:2: io/image must not include io/energon/tar.h"
+bad_case "a file at io/'s top" io/bad.cpp io/state/safetensors.h \
+  "io/bad.cpp:1: io must not include src/base/check.h"
+bad_case "parallel -> io" parallel/bad.cpp io/state/safetensors.h \
+  "parallel/bad.cpp:2: parallel must not include io/state/safetensors.h"
 bad_case "parallel -> model" parallel/bad.cpp model/causal_lm.h \
   "parallel/bad.cpp:2: parallel must not include model/causal_lm.h"
 bad_case "family -> family" model/qwen3_vl/bad.cpp model/qwen3/model.h \
@@ -98,14 +115,24 @@ bad_case "main -> family" src/bad_main.cpp model/qwen3/config.h \
   "src/bad_main.cpp:2: src must not include model/qwen3/config.h"
 bad_case "model -> train" model/bad.cpp src/train/trainer.h \
   "model/bad.cpp:2: model must not include src/train/trainer.h"
+bad_case "model -> demo" model/bad.cpp src/demo/caption_eval.h \
+  "model/bad.cpp:2: model must not include src/demo/caption_eval.h"
+bad_case "demo -> train" src/demo/bad.cpp src/train/trainer.h \
+  "src/demo/bad.cpp:2: src/demo must not include src/train/trainer.h"
+bad_case "demo -> family" src/demo/bad.cpp model/qwen3/model.h \
+  "src/demo/bad.cpp:2: src/demo must not include model/qwen3/model.h"
+bad_case "train -> cli" src/train/bad.cpp src/cli/cli.h \
+  "src/train/bad.cpp:2: src/train must not include src/cli/cli.h"
+bad_case "cli -> family" src/cli/bad.cpp model/qwen3/model.h \
+  "src/cli/bad.cpp:2: src/cli must not include model/qwen3/model.h"
 bad_case "train -> tests" src/train/bad.cpp tests/skip.h \
   "src/train/bad.cpp:2: src/train must not include tests/skip.h"
 bad_case "bench -> tests" bench/bad.cpp tests/skip.h \
   "bench/bad.cpp:2: bench must not include tests/skip.h"
-bad_case "file named build*" io/builder.cpp parallel/mesh.h \
-  "io/builder.cpp:2: io must not include parallel/mesh.h"
-bad_case "relative include" io/bad.cpp safetensors.h \
-  "io/bad.cpp:2: io must not include safetensors.h (includes are rooted at the repo root)"
+bad_case "file named build*" io/state/builder.cpp parallel/mesh.h \
+  "io/state/builder.cpp:2: io/state must not include parallel/mesh.h"
+bad_case "relative include" io/state/bad.cpp safetensors.h \
+  "io/state/bad.cpp:2: io/state must not include safetensors.h (includes are rooted at the repo root)"
 
 # Indented and spaced include directives count too.
 d="$tmp/spaced"

@@ -4,7 +4,7 @@
 #
 # The same global batch: a rank's loader with 1 reader worker reads what global worker `rank`
 # reads, so one process with W reader workers and W x k micro-steps of one row per step sees the
-# rows that W ranks see with k micro-steps each (io/sampler.h: global worker = rank x workers +
+# rows that W ranks see with k micro-steps each (io/energon/sampler.h: global worker = rank x workers +
 # worker; the loader takes rows round robin over its workers).
 #
 # Checked: every step's loss (metrics.jsonl) to 1e-6 and every tensor of the final checkpoint to

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "io/loader.h"
-#include "io/tokenizer.h"
+#include "io/loader/loader.h"
+#include "io/text/tokenizer.h"
 #include "model/batch.h"
 #include "src/train/config.h"
 

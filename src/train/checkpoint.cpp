@@ -11,7 +11,7 @@
 #include <fstream>
 #include <set>
 
-#include "io/hdf5_state.h"
+#include "io/state/hdf5_state.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
 #include "parallel/mpi_env.h"

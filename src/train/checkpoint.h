@@ -5,7 +5,7 @@
 //
 //   step_000500/            a complete checkpoint:
 //     state.h5              the TrainState (src/train/train_state.h) written collectively by every
-//                           rank through parallel HDF5 (io/hdf5_state.h): /model/<hf name>,
+//                           rank through parallel HDF5 (io/state/hdf5_state.h): /model/<hf name>,
 //                           /optim/<hf name>/{exp_avg,exp_avg_sq,master}, /state, plus /config
 //                           (the resolved training config) and /hf_config (the model's config.json)
 //     config.toml           the resolved training config, for people
@@ -22,8 +22,8 @@
 // A read checks the whole checkpoint against the model before using any of it, on every path
 // (resume on one rank or many, model.model_dir, export, generate): config.json and /hf_config
 // against the model's config, every /model tensor there with the parameter's shape and a float
-// dtype, no tensor the model lacks, every dataset's bytes inside the file (io/hdf5_state.h), and
-// the /state document's fields in range (TrainState::load). Errors name the folder and the key.
+// dtype, no tensor the model lacks, every dataset's bytes inside the file (io/state/hdf5_state.h),
+// and the /state document's fields in range (TrainState::load). Errors name the folder and the key.
 #pragma once
 
 #include <cstdint>

@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
-#include "io/image_decode.h"
-#include "io/loader.h"
+#include "io/image/decode.h"
+#include "io/loader/loader.h"
 #include "model/model_spec.h"
 #include "src/base/logging.h"
 #include "src/core/device.h"

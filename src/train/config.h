@@ -42,7 +42,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "io/packing.h"
+#include "io/loader/packing.h"
 #include "parallel/activation_checkpointing.h"
 #include "src/base/dtype.h"
 #include "src/optim/lr_schedule.h"

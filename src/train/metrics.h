@@ -15,7 +15,7 @@
 #include <fstream>
 #include <string>
 
-#include "io/sample_pipeline.h"
+#include "io/loader/sample_pipeline.h"
 #include "src/train/train_step.h"
 
 namespace vlm::train {

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "io/tokenizer.h"
+#include "io/text/tokenizer.h"
 #include "model/causal_lm.h"
 #include "src/train/config.h"
 

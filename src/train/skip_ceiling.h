@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/sample_pipeline.h"
+#include "io/loader/sample_pipeline.h"
 
 namespace vlm::train {
 

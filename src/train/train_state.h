@@ -1,9 +1,9 @@
 // TrainState: everything a run needs to continue exactly where it stopped (DESIGN.md §4.1, §7),
-// in one object, saved and loaded through io::StateWriter / io::StateReader (io/state_store.h;
-// the HDF5 checkpoint implements them). A run restored from the state of step k trains steps
-// k+1, ... bit-identically to the run that never stopped (CPU): the same parameters, AdamW
-// moments and fp32 masters, the same LR (the schedule is a function of the step), and the same
-// data (the loader resumes at the row after the last one trained on).
+// in one object, saved and loaded through io::StateWriter / io::StateReader
+// (io/state/state_store.h; the HDF5 checkpoint implements them). A run restored from the state of
+// step k trains steps k+1, ... bit-identically to the run that never stopped (CPU): the same
+// parameters, AdamW moments and fp32 masters, the same LR (the schedule is a function of the step),
+// and the same data (the loader resumes at the row after the last one trained on).
 //
 // Keys: model/<name> (each parameter), optim/<name>/{exp_avg, exp_avg_sq, master}, and the JSON
 // document "state": {step, tokens, padded_tokens, skipped_steps, rng, optimizer step counts, the
@@ -21,8 +21,8 @@
 #include <map>
 #include <string>
 
-#include "io/loader.h"
-#include "io/state_store.h"
+#include "io/loader/loader.h"
+#include "io/state/state_store.h"
 #include "model/causal_lm.h"
 #include "parallel/fsdp.h"
 #include "src/base/rng.h"

@@ -12,10 +12,10 @@
 #include <optional>
 #include <system_error>
 
-#include "io/hdf5_state.h"
-#include "io/image_processor_config.h"
-#include "io/loader.h"
-#include "io/tokenizer.h"
+#include "io/image/processor_config.h"
+#include "io/loader/loader.h"
+#include "io/state/hdf5_state.h"
+#include "io/text/tokenizer.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
@@ -24,8 +24,8 @@
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
+#include "src/demo/caption_eval.h"
 #include "src/train/batches.h"
-#include "src/train/caption_eval.h"
 #include "src/train/checkpoint.h"
 #include "src/train/model_setup.h"
 #include "src/train/skip_ceiling.h"
@@ -447,9 +447,9 @@ void Trainer::caption_accuracy() {
     if (fsdp_) fsdp_->reshard_all();
     return;
   }
-  const CaptionAccuracy a =
-      evaluate_demo_captions(*model_, data_->tokenizer, d.data_path, d.val_split, image_config(),
-                             config_.training.caption_eval_images, device_);
+  const demo::CaptionAccuracy a =
+      demo::evaluate_demo_captions(*model_, data_->tokenizer, d.data_path, d.val_split,
+                                   image_config(), config_.training.caption_eval_images, device_);
   if (mesh_->world().size() > 1)
     mesh_->world().all_reduce_value(a.images > 0 ? a.accuracy() : -1.0, parallel::ReduceOp::max);
   if (fsdp_) fsdp_->reshard_all();

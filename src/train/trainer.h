@@ -15,7 +15,8 @@
 //
 //   model      model.preset (a built-in config, random init) or an HF snapshot (model.model_dir),
 //              weights loaded by name or HF-initialised (training.random_init)
-//   data       the loader of data.train_split (io/loader.h), micro_batch_rows packed rows per
+//   data       the loader of data.train_split (io/loader/loader.h), micro_batch_rows packed rows
+//   per
 //              micro-step, tpi_multiplier micro-steps per optimizer step (accumulation_pattern);
 //              each micro-batch is checked on the host (model::validate_batch) before upload
 //   step       src/train/train_step.h (token-mean loss, clipping, AdamW, non-finite policy)
@@ -40,7 +41,7 @@
 #include <memory>
 #include <string>
 
-#include "io/image_preprocess.h"
+#include "io/image/preprocess.h"
 #include "model/causal_lm.h"
 #include "parallel/fsdp.h"
 #include "parallel/mesh.h"
@@ -82,7 +83,7 @@ public:
 
   // The token-mean loss over the val split's first eval_batches micro-batches (logged).
   double evaluate();
-  // The demo's caption accuracy (training.caption_eval_images; src/train/caption_eval.h),
+  // The demo's caption accuracy (training.caption_eval_images; src/demo/caption_eval.h),
   // printed with a few examples and kept in the summary.
   void caption_accuracy();
   // The checkpoint of the current step: step_N/ (hdf5, collective; with checkpoint.hf_snapshot

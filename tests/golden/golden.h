@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "src/core/ops.h"
 
 namespace vlm::testing {

@@ -34,14 +34,15 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
+#include "model/batch_file.h"
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
 #include "src/core/allocator.h"
 #include "src/core/ops.h"
-#include "src/train/cmd_dump.h"
+#include "src/train/parity_dump.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tests/model/qwen3_golden_cases.h"
 #include "tests/temp_dir.h"
@@ -291,7 +292,7 @@ TEST_CASE("gpu qwen3: loss_vocab_chunk on CUDA gives the unchunked loss sum and 
           "[gpu]") {
   require_device();
   const model::Batch batch = model::to_device(
-      train::read_batch_file(data("qwen3_tiny_batches/packed.safetensors"), false), kGpu);
+      model::read_batch_file(data("qwen3_tiny_batches/packed.safetensors"), false), kGpu);
   for (const char* variant : {"untied", "tied"}) {
     auto m = load_model(variant, DType::f32, kGpu);
     REQUIRE(m->vocab_size() == 512);
@@ -328,7 +329,7 @@ TEST_CASE("gpu qwen3: to_device moves ids, targets and positions, cu_seqlens sta
     check_moved(model::to_device(src, kGpu), src, true);
   }
   const model::Batch golden =
-      train::read_batch_file(data("qwen3_tiny_batches/packed.safetensors"), false);
+      model::read_batch_file(data("qwen3_tiny_batches/packed.safetensors"), false);
   const model::Batch moved = model::to_device(golden, kGpu);
   check_moved(moved, golden, true);
   CHECK(model::count_targets(moved) == model::count_targets(golden));

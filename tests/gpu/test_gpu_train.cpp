@@ -33,12 +33,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/demo_dataset.h"
-#include "io/hdf5_state.h"
-#include "io/safetensors.h"
+#include "io/state/hdf5_state.h"
+#include "io/state/safetensors.h"
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
+#include "src/demo/demo_dataset.h"
 #include "src/train/config.h"
 #include "src/train/train_step.h"
 #include "src/train/trainer.h"
@@ -191,7 +191,7 @@ void check_demo_on_cuda(std::string_view toml, const std::string& name) {
   INFO(name);
   testing::TempDir tmp("gpu_demo");
   const std::string data = tmp.file("demo_data");
-  io::make_demo_dataset(data);
+  demo::make_demo_dataset(data);
   auto run = [&](const std::string& device) {
     const TrainConfig c = train::parse_train_config(
         toml, name,

@@ -1,4 +1,4 @@
-// The byte-level BPE trainer (io/bpe_trainer.h) and the tokenizer the demo dataset carries:
+// The byte-level BPE trainer (io/text/bpe_trainer.h) and the tokenizer the demo dataset carries:
 // hand-checked merges, loading in io::Tokenizer, round trips, special tokens, sizes,
 // determinism, and ids equal to HF `tokenizers` on a committed trained tokenizer
 // (tests/data/bpe/, made by tools/golden/gen_bpe_trainer.py).
@@ -11,13 +11,13 @@
 #include <random>
 #include <sstream>
 
-#include "io/bpe_trainer.h"
-#include "io/chat_format.h"
-#include "io/demo_dataset.h"
-#include "io/energon_dataset.h"
-#include "io/energon_writer.h"
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "io/energon/dataset.h"
+#include "io/energon/writer.h"
+#include "io/text/bpe_trainer.h"
+#include "io/text/chat_format.h"
+#include "io/text/tokenizer.h"
+#include "io/text/unicode.h"
+#include "src/demo/demo_dataset.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
@@ -163,7 +163,7 @@ TEST_CASE("bpe trainer: the pipeline and byte alphabet of the Qwen3 tokenizer.js
 }
 
 TEST_CASE("bpe trainer: exact vocabulary size, special tokens last with their ids", "[io][bpe]") {
-  const std::vector<std::string>& specials = vlm::io::demo_special_tokens();
+  const std::vector<std::string>& specials = vlm::demo::demo_special_tokens();
   const std::string text = train_byte_level_bpe(shapes_corpus(), 300, specials);
   const json j = json::parse(text);
   CHECK(j["model"]["vocab"].size() == 300 - specials.size());
@@ -311,12 +311,12 @@ TEST_CASE("bpe trainer: ids equal HF tokenizers on the trained golden tokenizer"
 TEST_CASE("bpe trainer: the demo dataset carries a tokenizer all its samples fit", "[io][bpe]") {
   TempDir dir("bpe_demo");
   const std::string root = dir.file("demo");
-  vlm::io::make_demo_dataset(root); // the default size: what `data make-demo` writes
+  vlm::demo::make_demo_dataset(root); // the default size: what `data make-demo` writes
   CHECK(!fs::exists(root + ".tmp"));
   REQUIRE(fs::exists(root + "/tokenizer.json"));
   const Tokenizer tok = Tokenizer::from_file(root);
-  CHECK(tok.vocab_size() <= vlm::io::kDemoVocabSize);
-  const auto& specials = vlm::io::demo_special_tokens();
+  CHECK(tok.vocab_size() <= vlm::demo::kDemoVocabSize);
+  const auto& specials = vlm::demo::demo_special_tokens();
   for (size_t k = 0; k < specials.size(); k++)
     CHECK(tok.token_to_id(specials[k]) == tok.vocab_size() - int64_t(specials.size() - k));
   // Every sample of both splits: chat ids (a few image pads per image) all below 512, and the
@@ -331,7 +331,7 @@ TEST_CASE("bpe trainer: the demo dataset carries a tokenizer all its samples fit
       const auto t = vlm::io::tokenize_chat(chat, tok, pads);
       for (int32_t id : t.input_ids) {
         REQUIRE(id >= 0);
-        REQUIRE(id < vlm::io::kDemoVocabSize);
+        REQUIRE(id < vlm::demo::kDemoVocabSize);
       }
       const std::string rendered = vlm::io::render_chat(chat);
       const auto ids = tok.encode(rendered);
@@ -344,11 +344,11 @@ TEST_CASE("bpe trainer: the demo dataset carries a tokenizer all its samples fit
   CHECK(tokens * 3 < bytes); // the demo's words are mostly single tokens
   // Same seed, same tokenizer.
   const std::string again = dir.file("again");
-  vlm::io::DemoDatasetOptions o;
+  vlm::demo::DemoDatasetOptions o;
   o.train_samples = 30;
   o.val_samples = 5;
-  vlm::io::make_demo_dataset(again, o);
-  vlm::io::make_demo_dataset(dir.file("again2"), o);
+  vlm::demo::make_demo_dataset(again, o);
+  vlm::demo::make_demo_dataset(dir.file("again2"), o);
   CHECK(read_text(again + "/tokenizer.json") == read_text(dir.file("again2") + "/tokenizer.json"));
 }
 

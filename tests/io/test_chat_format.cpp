@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "io/chat_format.h"
+#include "io/text/chat_format.h"
 
 using namespace vlm;
 using namespace vlm::io;

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "io/brace_expand.h"
-#include "io/energon_dataset.h"
+#include "io/energon/brace_expand.h"
+#include "io/energon/dataset.h"
 #include "tests/error_of.h"
 #include "tests/io/energon_fixtures.h"
 

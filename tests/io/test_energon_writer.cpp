@@ -4,12 +4,12 @@
 
 #include <filesystem>
 
-#include "io/chat_format.h"
-#include "io/demo_dataset.h"
-#include "io/energon_dataset.h"
-#include "io/energon_writer.h"
-#include "io/image_decode.h"
-#include "io/image_encode.h"
+#include "io/energon/dataset.h"
+#include "io/energon/writer.h"
+#include "io/image/decode.h"
+#include "io/image/encode.h"
+#include "io/text/chat_format.h"
+#include "src/demo/demo_dataset.h"
 
 using namespace vlm;
 using namespace vlm::io;
@@ -68,11 +68,11 @@ TEST_CASE("energon writer: PNG encoding round-trips through the decoder", "[io]"
 
 TEST_CASE("energon writer: the demo dataset has decodable images and usable chats", "[io]") {
   std::string root = temp_root("demo");
-  DemoDatasetOptions o;
+  demo::DemoDatasetOptions o;
   o.train_samples = 40;
   o.val_samples = 8;
   o.samples_per_shard = 16;
-  make_demo_dataset(root, o);
+  demo::make_demo_dataset(root, o);
   EnergonDataset ds = EnergonDataset::open(root);
   CHECK(ds.split("train").num_samples == 40);
   CHECK(ds.split("val").num_samples == 8);
@@ -95,7 +95,7 @@ TEST_CASE("energon writer: the demo dataset has decodable images and usable chat
   CHECK(texts > 0);
   // Same seed, same bytes.
   std::string again = temp_root("demo2");
-  make_demo_dataset(again, o);
+  demo::make_demo_dataset(again, o);
   CHECK(EnergonDataset::open(again).read_sample("train", 5).parts ==
         ds.read_sample("train", 5).parts);
   fs::remove_all(root);

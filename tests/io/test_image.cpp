@@ -11,10 +11,10 @@
 #include <sstream>
 #include <string>
 
-#include "io/image_decode.h"
-#include "io/image_preprocess.h"
-#include "io/image_processor_config.h"
-#include "io/safetensors.h"
+#include "io/image/decode.h"
+#include "io/image/preprocess.h"
+#include "io/image/processor_config.h"
+#include "io/state/safetensors.h"
 #include "tests/temp_dir.h"
 
 using Catch::Matchers::Contains;

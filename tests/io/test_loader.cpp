@@ -1,6 +1,6 @@
-// The data loader (io/loader.h) end to end on datasets written by the Energon fixture builder,
-// with the real Qwen3 tokenizer and real PNG/JPEG images: exactly-once coverage per epoch for
-// every (rank, reader thread) layout, identical rows for TP peers, bit-exact resume (mid-epoch,
+// The data loader (io/loader/loader.h) end to end on datasets written by the Energon fixture
+// builder, with the real Qwen3 tokenizer and real PNG/JPEG images: exactly-once coverage per epoch
+// for every (rank, reader thread) layout, identical rows for TP peers, bit-exact resume (mid-epoch,
 // across epoch boundaries, shuffle and packing buffers non-empty, offline plans), bad samples
 // skipped and reported by reason, whole-dataset errors at construction, worker errors re-thrown
 // with context, metadataset blends. (Throughput: bench/bench_loader.cpp.)
@@ -11,9 +11,9 @@
 #include <map>
 #include <set>
 
-#include "io/image_encode.h"
-#include "io/loader.h"
-#include "io/packing_plan.h"
+#include "io/image/encode.h"
+#include "io/loader/loader.h"
+#include "io/loader/packing_plan.h"
 #include "src/base/check.h"
 #include "tests/error_of.h"
 #include "tests/io/energon_fixtures.h"

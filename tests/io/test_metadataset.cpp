@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "io/energon_dataset.h"
-#include "io/metadataset.h"
+#include "io/energon/dataset.h"
+#include "io/energon/metadataset.h"
 #include "tests/error_of.h"
 #include "tests/io/energon_fixtures.h"
 

@@ -1,7 +1,7 @@
-// Sequence packing (io/packing.h) and offline packing plans (io/packing_plan.h): the row layout
-// on hand-made cases, truncation that never splits an image, skip reasons, best-fit-decreasing,
-// the online packer's invariants, determinism and exact resume, the plan file and its
-// validation, and the packing efficiency on a realistic length distribution (printed).
+// Sequence packing (io/loader/packing.h) and offline packing plans (io/loader/packing_plan.h): the
+// row layout on hand-made cases, truncation that never splits an image, skip reasons,
+// best-fit-decreasing, the online packer's invariants, determinism and exact resume, the plan file
+// and its validation, and the packing efficiency on a realistic length distribution (printed).
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +18,8 @@
 #include <set>
 #include <tuple>
 
-#include "io/packing.h"
-#include "io/packing_plan.h"
+#include "io/loader/packing.h"
+#include "io/loader/packing_plan.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "tests/error_of.h"

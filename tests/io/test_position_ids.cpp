@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "io/packing.h"
-#include "io/position_ids.h"
+#include "io/loader/packing.h"
+#include "io/loader/position_ids.h"
 #include "src/base/check.h"
 
 using Catch::Matchers::Contains;

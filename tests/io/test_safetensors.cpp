@@ -6,7 +6,7 @@
 #include <fstream>
 #include <random>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "src/base/check.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"

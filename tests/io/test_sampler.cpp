@@ -1,4 +1,4 @@
-// The per-worker sample order (io/sampler.h): the partition against megatron-energon's own
+// The per-worker sample order (io/energon/sampler.h): the partition against megatron-energon's own
 // Sharder output (tests/data/sampler/sharder_vectors.json, tools/golden/gen_sampler.py),
 // exactly-once coverage per epoch over every (rank, worker) of a job, different orders per epoch,
 // identical streams for TP peers, validation order, empty workers, blends, and exact
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/sampler.h"
+#include "io/energon/sampler.h"
 #include "src/base/check.h"
 
 using Catch::Matchers::Contains;

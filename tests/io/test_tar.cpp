@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "io/tar.h"
+#include "io/energon/tar.h"
 #include "tests/io/energon_fixtures.h"
 
 using Catch::Matchers::Contains;

@@ -11,10 +11,10 @@
 #include <sstream>
 #include <thread>
 
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "io/text/tokenizer.h"
+#include "io/text/unicode.h"
 #include "src/base/check.h"
-#include "src/train/cmd_tokenize.h"
+#include "src/cli/cmd_tokenize.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
@@ -302,7 +302,7 @@ TEST_CASE("tokenizer: vlmtrain tokenize reads and writes JSON lines", "[io][toke
   auto run = [&](const std::string& input, bool decode, bool skip = false) {
     std::istringstream in(input);
     std::ostringstream out;
-    vlm::train::tokenize_jsonl(tok, in, out, decode, skip);
+    vlm::cli::tokenize_jsonl(tok, in, out, decode, skip);
     return out.str();
   };
   const std::string ids = json(tok.encode("hello world<|endoftext|>")).dump();

@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "io/safetensors.h"
-#include "src/train/cmd_dump.h"
+#include "io/state/safetensors.h"
+#include "src/train/parity_dump.h"
 #include "tests/golden/golden.h"
 #include "tests/temp_dir.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"

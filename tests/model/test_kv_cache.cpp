@@ -6,14 +6,14 @@
 
 #include <algorithm>
 
-#include "io/position_ids.h"
+#include "io/loader/position_ids.h"
+#include "model/generate.h"
 #include "model/kv_cache.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
 #include "model/qwen3_vl/model.h"
 #include "src/core/autograd.h"
 #include "src/core/ops.h"
-#include "src/train/generate.h"
 
 using namespace vlm;
 using namespace vlm::model;
@@ -26,8 +26,8 @@ std::shared_ptr<CausalLM> load(const std::string& name) {
 
 // A prompt for the model: for a VLM one 4x6-patch image (6 merged tokens) between vision
 // start/end tokens after a few text tokens; then text. Pixels are fixed pseudo-random values.
-train::GenerateInput make_input(const CausalLM& m, int64_t text_tokens) {
-  train::GenerateInput in;
+model::GenerateInput make_input(const CausalLM& m, int64_t text_tokens) {
+  model::GenerateInput in;
   for (int64_t i = 0; i < 5; i++) in.prompt.push_back(int32_t(7 + 31 * i));
   if (m.has_vision()) {
     const auto& c = static_cast<const Qwen3VLForConditionalGeneration&>(m).config();
@@ -47,7 +47,7 @@ train::GenerateInput make_input(const CausalLM& m, int64_t text_tokens) {
 
 // The batch of ids[from, end) for one forward over a single document (positions of the whole
 // sequence), with the prompt's images when `from` is 0.
-Batch batch_of(const CausalLM& m, const train::GenerateInput& in, const std::vector<int32_t>& ids,
+Batch batch_of(const CausalLM& m, const model::GenerateInput& in, const std::vector<int32_t>& ids,
                int64_t from) {
   const int64_t T = int64_t(ids.size()), n = T - from;
   Batch b;
@@ -84,7 +84,7 @@ TEST_CASE("kv cache: prefill + one-token steps give the full forward's logits") 
     INFO(name);
     auto m = load(name);
     NoGradGuard no_grad;
-    const train::GenerateInput in = make_input(*m, 4);
+    const model::GenerateInput in = make_input(*m, 4);
     std::vector<int32_t> ids = in.prompt;
     for (int i = 0; i < 6; i++) ids.push_back(int32_t(40 + 13 * i)); // the "generated" tokens
     const std::vector<double> full = lm_logits(*m, batch_of(*m, in, ids, 0)).to_doubles();
@@ -111,7 +111,7 @@ TEST_CASE("kv cache: prefill + one-token steps give the full forward's logits") 
 TEST_CASE("kv cache: a step after the prefill takes one token") {
   auto m = load("qwen3_tiny_untied");
   NoGradGuard no_grad;
-  const train::GenerateInput in = make_input(*m, 4);
+  const model::GenerateInput in = make_input(*m, 4);
   KVCache cache;
   Batch b = batch_of(*m, in, in.prompt, 0);
   b.kv_cache = &cache;
@@ -128,8 +128,8 @@ TEST_CASE("kv cache: greedy_generate picks what recomputing the whole sequence p
   for (const char* name : {"qwen3_tiny_tied", "qwen3_vl_tiny_untied"}) {
     INFO(name);
     auto m = load(name);
-    const train::GenerateInput in = make_input(*m, 3);
-    const std::vector<int32_t> got = train::greedy_generate(*m, in, 8, {}, Device::cpu());
+    const model::GenerateInput in = make_input(*m, 3);
+    const std::vector<int32_t> got = model::greedy_generate(*m, in, 8, {}, Device::cpu());
     REQUIRE(got.size() == 8u);
     NoGradGuard no_grad;
     std::vector<int32_t> ids = in.prompt;
@@ -151,7 +151,7 @@ TEST_CASE("generate: ids at or above vocab_limit are never picked") {
   // The limit is set just below the unrestricted argmax, so the pick must be the runner-up
   // among the lower ids (a padded vocabulary's tail has no token the tokenizer can decode).
   auto m = load("qwen3_vl_tiny_untied");
-  train::GenerateInput in = make_input(*m, 3);
+  model::GenerateInput in = make_input(*m, 3);
   std::vector<double> row;
   {
     NoGradGuard no_grad;
@@ -162,7 +162,7 @@ TEST_CASE("generate: ids at or above vocab_limit are never picked") {
   if (best == 0) best = 1 + (std::max_element(row.begin() + 1, row.end()) - row.begin() - 1);
   const int32_t expected = int32_t(std::max_element(row.begin(), row.begin() + best) - row.begin());
   in.vocab_limit = best;
-  const std::vector<int32_t> got = train::greedy_generate(*m, in, 1, {}, Device::cpu());
+  const std::vector<int32_t> got = model::greedy_generate(*m, in, 1, {}, Device::cpu());
   REQUIRE(got.size() == 1u);
   CHECK(got[0] == expected);
   CHECK(got[0] < best);

@@ -17,10 +17,11 @@
 #include <map>
 #include <string>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
+#include "model/batch_file.h"
 #include "model/lm_loss.h"
 #include "model/qwen3/model.h"
-#include "src/train/cmd_dump.h"
+#include "src/train/parity_dump.h"
 #include "tests/golden/golden.h"
 #include "tests/model/qwen3_golden_cases.h"
 #include "tests/temp_dir.h"
@@ -127,7 +128,7 @@ TEST_CASE("qwen3 golden: a batch file without a required key names the file and 
                                                     {"labels", DType::i64, {3}, ids.data(), 24},
                                                     {"cu_seqlens", DType::i32, {2}, cu.data(), 8}});
   try {
-    train::read_batch_file(tmp.file("b.safetensors"), false);
+    model::read_batch_file(tmp.file("b.safetensors"), false);
     FAIL("expected an error");
   } catch (const Error& e) {
     std::string msg = e.what();

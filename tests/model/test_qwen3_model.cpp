@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "io/packing.h"
+#include "io/loader/packing.h"
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/qwen3/model.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "io/packing.h"
+#include "io/loader/packing.h"
 #include "tests/model/qwen3_vl_golden_cases.h"
 
 using namespace vlm;

@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <set>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
+#include "model/batch_file.h"
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
 #include "model/qwen3_vl/model.h"
 #include "src/core/ops.h"
-#include "src/train/cmd_dump.h"
 #include "src/train/train_step.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
@@ -35,7 +35,7 @@ std::shared_ptr<CausalLM> load(const std::string& variant) {
 }
 
 Batch packed_batch() {
-  return train::read_batch_file(data("qwen3_vl_tiny_batches/untied_packed.safetensors"), true);
+  return model::read_batch_file(data("qwen3_vl_tiny_batches/untied_packed.safetensors"), true);
 }
 
 // A snapshot of every parameter's values.

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "model/batch_file.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
 #include "parallel/mesh.h"
 #include "src/base/rng.h"
-#include "src/train/cmd_dump.h"
 #include "src/train/train_step.h"
 
 namespace vlm::testing {
@@ -80,7 +80,7 @@ inline model::Batch text_batch(uint64_t seed, bool mrope) {
 // placeholders, grids and MRoPE positions stay as the packer made them.
 inline model::Batch image_batch(uint64_t seed) {
   static const model::Batch golden =
-      train::read_batch_file(test_data("qwen3_vl_tiny_batches/untied_packed.safetensors"), true);
+      model::read_batch_file(test_data("qwen3_vl_tiny_batches/untied_packed.safetensors"), true);
   Rng rng(seed, 11);
   std::vector<double> ids = golden.input_ids.to_doubles(), tg = golden.targets.to_doubles();
   std::vector<int64_t> new_ids, new_targets;

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "io/hdf5_state.h"
+#include "io/state/hdf5_state.h"
 #include "src/core/autograd.h"
 #include "src/train/train_state.h"
 #include "tests/mpi/fsdp_fixture.h"

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/hdf5_state.h"
+#include "io/state/hdf5_state.h"
 #include "parallel/mpi.h"
 #include "src/core/tensor.h"
 #include "tests/error_of.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "model/model_spec.h"
 #include "src/train/config.h"
 #include "tests/golden/golden.h"

@@ -9,13 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/demo_dataset.h"
-#include "io/hdf5_state.h"
+#include "io/state/hdf5_state.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
-#include "src/train/cmd_export.h"
-#include "src/train/cmd_train.h"
+#include "src/cli/cmd_export.h"
+#include "src/cli/cmd_train.h"
+#include "src/demo/demo_dataset.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
 #include "tests/toy_family/mlp_lm.h"
@@ -42,7 +42,7 @@ TEST_CASE("model family: a toy family registered through ModelSpec trains with v
   testing::toy::register_mlp_lm();
   testing::TempDir tmp("toy_family");
   const std::string data = tmp.file("demo_data");
-  io::make_demo_dataset(data);
+  demo::make_demo_dataset(data);
   // An HF-style snapshot folder that holds only config.json: random_init needs no weights.
   std::filesystem::create_directories(tmp.file("toy"));
   std::ofstream(tmp.file("toy/config.json")) << nlohmann::json{{"model_type", "toy_mlp_lm"},
@@ -61,8 +61,7 @@ TEST_CASE("model family: a toy family registered through ModelSpec trains with v
       << data << "\"\nseq_len = 128\nnum_workers = 1\n"
       << "[checkpoint]\noutput_dir = \"" << tmp.file("out")
       << "\"\nsave_steps = 0\n[logging]\nprogress = false\n";
-  REQUIRE(train::cmd_train({"--config", tmp.file("train.toml"), "--require-loss-drop", "0.9"}) ==
-          0);
+  REQUIRE(cli::cmd_train({"--config", tmp.file("train.toml"), "--require-loss-drop", "0.9"}) == 0);
   const auto losses = losses_of(tmp.file("out/metrics.jsonl"));
   REQUIRE(losses.size() == 40);
   CHECK(losses.back() < 0.9 * losses.front());
@@ -71,7 +70,7 @@ TEST_CASE("model family: a toy family registered through ModelSpec trains with v
   // snapshot; `vlmtrain export` takes either (the output folder: what `latest` names), and the
   // registry loads what it writes, the same weights from both.
   const std::string ckpt = tmp.file("out/checkpoint-step-40");
-  REQUIRE(train::cmd_export(
+  REQUIRE(cli::cmd_export(
               {"--checkpoint", ckpt, "--out", tmp.file("exported"), "--dtype", "f32"}) == 0);
   auto reloaded = model::load_pretrained(tmp.file("exported"), DType::f32);
   CHECK(reloaded->model_type() == "toy_mlp_lm");
@@ -80,8 +79,8 @@ TEST_CASE("model family: a toy family registered through ModelSpec trains with v
   REQUIRE(std::filesystem::exists(tmp.file("out/step_000040/state.h5")) ==
           io::hdf5_state_available());
   if (io::hdf5_state_available()) {
-    REQUIRE(train::cmd_export({"--checkpoint", tmp.file("out"), "--out", tmp.file("from_h5"),
-                               "--dtype", "f32"}) == 0);
+    REQUIRE(cli::cmd_export({"--checkpoint", tmp.file("out"), "--out", tmp.file("from_h5"),
+                             "--dtype", "f32"}) == 0);
     auto from_h5 = model::load_pretrained(tmp.file("from_h5"), DType::f32);
     for (const auto& p : reloaded->named_parameters())
       CHECK(p.tensor.to_doubles() == from_h5->find_parameter(p.name).to_doubles());

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "src/train/train_step.h"
 #include "tests/error_of.h"
 #include "tests/golden/golden.h"

@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/demo_dataset.h"
-#include "io/state_store.h"
+#include "io/state/state_store.h"
+#include "src/demo/demo_dataset.h"
 #include "src/train/trainer.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
@@ -63,7 +63,7 @@ std::vector<std::vector<double>> parameters(const train::Trainer& t) {
 TEST_CASE("train state: k steps, save, load into a fresh trainer, N more == k + N steps") {
   testing::TempDir tmp("train_state");
   const std::string data = tmp.file("demo_data");
-  io::make_demo_dataset(data);
+  demo::make_demo_dataset(data);
   constexpr int64_t k = 5, n = 7;
 
   train::Trainer whole(demo_config(data, tmp.file("whole")));
@@ -113,7 +113,7 @@ TEST_CASE("train state: k steps, save, load into a fresh trainer, N more == k + 
 TEST_CASE("train state: a state from another run is refused, naming what differs") {
   testing::TempDir tmp("train_state_refuse");
   const std::string data = tmp.file("demo_data");
-  io::make_demo_dataset(data);
+  demo::make_demo_dataset(data);
   io::MemoryState saved;
   {
     train::Trainer t(demo_config(data, tmp.file("a")));
@@ -163,7 +163,7 @@ forged(const io::MemoryState& in,
 TEST_CASE("train state: a damaged state is refused, naming the key, before anything changes") {
   testing::TempDir tmp("train_state_damaged");
   const std::string data = tmp.file("demo_data");
-  io::make_demo_dataset(data);
+  demo::make_demo_dataset(data);
   io::MemoryState saved;
   {
     train::Trainer t(demo_config(data, tmp.file("a")));

@@ -19,8 +19,8 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root"
   -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 # The library sources the four targets reach: tar, safetensors (+atomic_file for the writer),
 # chat format, tokenizer (+unicode), and src/base.
-lib_srcs=(io/tar.cpp io/safetensors.cpp io/atomic_file.cpp io/chat_format.cpp io/tokenizer.cpp
-  io/unicode.cpp src/base/check.cpp src/base/dtype.cpp src/base/env.cpp src/base/logging.cpp
+lib_srcs=(io/energon/tar.cpp io/state/safetensors.cpp io/state/atomic_file.cpp io/text/chat_format.cpp io/text/tokenizer.cpp
+  io/text/unicode.cpp src/base/check.cpp src/base/dtype.cpp src/base/env.cpp src/base/logging.cpp
   src/base/rng.cpp src/base/shape.cpp)
 targets=(tar safetensors chat tokenizer)
 

@@ -1,9 +1,9 @@
-// libFuzzer target: the JSON chat parser (io/chat_format.h parse_chat_sample), then rendering
+// libFuzzer target: the JSON chat parser (io/text/chat_format.h parse_chat_sample), then rendering
 // and, when VLM_FUZZ_TOKENIZER names a Qwen tokenizer.json, tokenize_chat as the loader runs it.
 // Input: one flag byte, then the json part; a NUL byte ends the json and starts the txt part.
 //   flags bits 0-1: image parts (0-3), bit 2: txt part, bit 3: json part,
 //         bits 4-5: subflavor type_dataset (none, llava_recap, llava_recap_mn5, none).
-#include "io/chat_format.h"
+#include "io/text/chat_format.h"
 #include "tools/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

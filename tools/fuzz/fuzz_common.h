@@ -14,7 +14,7 @@
 #include <string>
 #include <typeinfo>
 
-#include "io/tokenizer.h"
+#include "io/text/tokenizer.h"
 #include "src/base/check.h"
 
 namespace vlm::fuzz {

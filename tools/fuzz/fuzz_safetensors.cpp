@@ -1,7 +1,7 @@
-// libFuzzer target: the safetensors header parser (io/safetensors.h). The input is a whole file;
+// libFuzzer target: the safetensors header parser (io/state/safetensors.h). The input is a whole file;
 // when it opens, every tensor's bytes are read, so an offset that the header check let past the
 // end of the mapping shows up as an ASan report or a SEGV.
-#include "io/safetensors.h"
+#include "io/state/safetensors.h"
 #include "tools/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
-// libFuzzer target: the tar reader (io/tar.h). The input is a whole tar file: it is scanned into
+// libFuzzer target: the tar reader (io/energon/tar.h). The input is a whole tar file: it is scanned into
 // samples as .tar.idx building does, then each sample's byte range is read member by member as
 // the Energon reader does, data included.
-#include "io/tar.h"
+#include "io/energon/tar.h"
 #include "tools/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

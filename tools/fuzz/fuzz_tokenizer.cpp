@@ -1,11 +1,11 @@
-// libFuzzer target: the tokenizer (io/tokenizer.h). The first byte picks the mode:
+// libFuzzer target: the tokenizer (io/text/tokenizer.h). The first byte picks the mode:
 //   even: the rest is a tokenizer.json; when it loads, a fixed text with special tokens is
 //         encoded and decoded and every id is looked up;
 //   odd:  the rest is text, encoded with the tokenizer VLM_FUZZ_TOKENIZER names (a real Qwen
 //         tokenizer.json, loaded once) and decoded back.
 #include <optional>
 
-#include "io/tokenizer.h"
+#include "io/text/tokenizer.h"
 #include "tools/fuzz/fuzz_common.h"
 
 namespace {

@@ -3,7 +3,7 @@
 
 Files under tests/data/bpe/:
   corpus.json     the training texts (CORPUS below), a JSON array of strings
-  tokenizer.json  what our trainer (io/bpe_trainer.h) makes of them: vocab_size 400 with the
+  tokenizer.json  what our trainer (io/text/bpe_trainer.h) makes of them: vocab_size 400 with the
                   special tokens <|endoftext|>, <|im_start|>, <|im_end|>. The test "bpe trainer:
                   the golden tokenizer is what the trainer makes of its corpus" checks that it
                   still is, and rewrites it when run with VLM_WRITE_BPE_GOLDEN=1 (done here with

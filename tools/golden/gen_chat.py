@@ -1,4 +1,4 @@
-"""Golden token ids and labels for chat formatting (io/chat_format.h) -> tests/data/chat/golden.json.
+"""Golden token ids and labels for chat formatting (io/text/chat_format.h) -> tests/data/chat/golden.json.
 
 An independent Python rendering of the reference trainer's rules (docs/reference-trainer.md
 §3.2-3.3, docs/energon-format.md §6): cookers build messages, the Qwen chat format renders them,

@@ -1,6 +1,6 @@
 """Golden partitions of a split over (rank, worker) from megatron-energon's own Sharder.
 
-Our io/sampler.cpp reimplements energon's partitioning (docs/energon-format.md §4.2) so that a
+Our io/energon/sampler.cpp reimplements energon's partitioning (docs/energon-format.md §4.2) so that a
 C++ job and an energon job give every data-parallel rank and reader worker the same samples. This
 script runs the real `Sharder.shard_workers` (and `_generalized_bit_reversal`) on the §4.2 test
 vectors plus a few hundred random configurations (shard counts including tiny and empty-ish
