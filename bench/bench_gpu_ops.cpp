@@ -7,18 +7,18 @@
 //  * RMSNorm forward on CUDA: GB/s (read x + write y) vs a device-to-device copy of the same bytes.
 // Everything runs on the current stream of cuda:0. Prints one table; an op without a CUDA kernel
 // yet prints "n/a" with the reason.
-//   bench_gpu_ops [--quick]
+//   bench_gpu_ops [--quick]   (--quick: fewer runs of each op)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "kernels/attention.h"
 #include "kernels/gpu_runtime.h"
 #include "src/core/ops.h"
@@ -200,10 +200,7 @@ void bench_rmsnorm(int64_t rows, int64_t hidden, int repeats) {
   }
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+int run(bool quick) {
   if (kernels::cuda::device_count() == 0) {
     std::printf("bench_gpu_ops: %s\n", kernels::cuda::device_query().c_str());
     return 0;
@@ -222,4 +219,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPU op benchmark: GEMM, attention and RMSNorm against references of the same "
+               "run.",
+               "bench_gpu_ops"};
+  cli::show_defaults(app);
+  bool quick = false;
+  app.add_flag("--quick", quick, "fewer runs of each op");
+  return bench::run_main(app, argc, argv, [&] { return run(quick); });
 }

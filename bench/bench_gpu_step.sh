@@ -141,7 +141,7 @@ for r in timed[1:]:
 
 for p in problems:
     print(f"PROBLEM: {p}")
-# One line for tools/gpu_check.sh's summary.
+# One line for tools/gpu/gpu_check.sh's summary.
 parts = []
 if ok_ours:
     mfu = ours.get("mfu")

@@ -12,7 +12,8 @@
 // figure above the best published 8B numbers (performance-anchors.md B2, B9). The loader must
 // produce >= 10× those tokens/s. Also printed: the bound at 100% MFU.
 //
-// Usage: bench_loader --tokenizer PATH [--samples N (600)] [--seq-len N (8192)] [--dir DIR]
+// Usage: bench_loader --tokenizer PATH [--samples N] [--seq-len N] [--dir DIR]   (--help: defaults;
+//   without --dir the dataset goes to a temporary folder, removed at the end)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +26,7 @@
 
 #include <jpeglib.h> // after <cstdio>: it needs size_t and FILE
 
+#include "bench/bench_main.h"
 #include "io/energon/writer.h"
 #include "io/loader/loader.h"
 #include "src/base/check.h"
@@ -113,98 +115,110 @@ std::string conversation(vlm::Rng& rng) {
 
 double cpu_seconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
 
+struct Options {
+  std::string tokenizer, dir;
+  int64_t samples = 600, seq_len = 8192;
+};
+
+// Writes the Energon dataset of `o.samples` image + conversation samples into `dir`.
+void write_dataset(const Options& o, const std::string& dir) {
+  const int sizes[][2] = {{500, 375},  {640, 480},  {800, 600}, {1024, 768},
+                          {1280, 720}, {1280, 960}, {480, 640}, {768, 1024}};
+  vlm::Rng rng(7);
+  std::vector<vlm::io::WriterSample> train;
+  size_t image_bytes = 0;
+  auto t_make = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < o.samples; k++) {
+    const int* wh = sizes[rng.randint(0, int64_t(std::size(sizes)))];
+    char key[24];
+    std::snprintf(key, sizeof key, "%06lld", (long long)k);
+    std::string jpg = photo(rng, wh[0], wh[1]);
+    image_bytes += jpg.size();
+    train.push_back({key, {{"jpg", std::move(jpg)}, {"json", conversation(rng)}}});
+  }
+  vlm::io::write_energon_dataset(dir, {{"train", std::move(train)}});
+  std::printf("dataset: %lld image+conversation samples, mean JPEG %.0f KB, written in %.1f s\n",
+              (long long)o.samples, double(image_bytes) / double(o.samples) / 1024,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_make).count());
+}
+
+// Tokens/s of Qwen3-VL-8B on one H100/H200 (see the header comment) at 50% and 100% MFU.
+struct GpuAppetite {
+  double tokens_50, tokens_100;
+};
+
+// One epoch of the DataLoader over `dir` with `threads` reader threads, each row dropped; prints
+// its rates against the GPU's.
+void run_loader(const Options& o, const std::string& dir, int64_t threads, GpuAppetite gpu) {
+  vlm::io::LoaderConfig c;
+  c.dataset = dir;
+  c.tokenizer = o.tokenizer;
+  c.packing.seq_len = o.seq_len;
+  c.packing.buffer_size = 100;
+  c.packing.mrope = true;
+  c.num_workers = threads;
+  c.epochs = 1;
+  c.seed = 1;
+  vlm::io::DataLoader loader(c);
+  auto t0 = std::chrono::steady_clock::now();
+  double cpu0 = cpu_seconds();
+  int64_t docs = 0, tokens = 0, rows = 0, patches = 0;
+  while (auto r = loader.next()) {
+    docs += r->num_docs;
+    tokens += r->real_tokens;
+    patches += r->num_patches;
+    rows++;
+    loader.recycle(std::move(*r));
+  }
+  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double cpu = cpu_seconds() - cpu0;
+  VLM_CHECK(docs == o.samples, "bench_loader: the loader yielded ", docs, " of ", o.samples,
+            " samples:\n", loader.report().summary());
+  double tok_s = double(tokens) / sec;
+  std::printf("loader, %lld reader thread%s: %.1f samples/s, %.0f tokens/s, %.2f rows/s "
+              "(%.0f tokens and %.0f patches per sample, %.1f ms CPU per sample) = %.1fx one "
+              "GPU's consumption at 50%% MFU (target >= 10x), %.1fx at 100%%\n",
+              (long long)threads, threads > 1 ? "s" : "", double(docs) / sec, tok_s,
+              double(rows) / sec, double(tokens) / double(docs), double(patches) / double(docs),
+              1e3 * cpu / double(docs), tok_s / gpu.tokens_50, tok_s / gpu.tokens_100);
+  std::fflush(stdout);
+}
+
+void add_options(CLI::App& app, Options& o) {
+  vlm::cli::show_defaults(app);
+  app.add_option("--tokenizer", o.tokenizer, "tokenizer.json or its folder")->required();
+  app.add_option("--samples", o.samples, "image + conversation samples of the dataset")
+      ->check(vlm::cli::at_least(1));
+  app.add_option("--seq-len", o.seq_len, "tokens per packed row")->check(vlm::cli::at_least(1));
+  app.add_option("--dir", o.dir, "the dataset's folder (default: a temporary one)");
+}
+
+int run(const Options& o) {
+  const bool own_dir = o.dir.empty();
+  const std::string dir = own_dir ? (std::filesystem::temp_directory_path() /
+                                     ("vlm_bench_loader_" + std::to_string(getpid())))
+                                        .string()
+                                  : o.dir;
+  write_dataset(o, dir);
+
+  // Qwen3-VL-8B on one H100/H200 (see the header comment).
+  const double flop_per_token = 52.7e9, peak = 989e12;
+  const GpuAppetite gpu{0.5 * peak / flop_per_token, peak / flop_per_token};
+  std::printf("one GPU, Qwen3-VL-8B at seq %lld: %.0f tokens/s at 50%% MFU (%.0f at 100%%)\n",
+              (long long)o.seq_len, gpu.tokens_50, gpu.tokens_100);
+
+  for (int64_t threads : {1, 2}) run_loader(o, dir, threads, gpu);
+  if (own_dir) std::filesystem::remove_all(dir);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  try {
-    std::string tokenizer, dir;
-    int64_t samples = 600, seq_len = 8192;
-    for (int i = 1; i < argc; i++) {
-      std::string a = argv[i];
-      VLM_CHECK(i + 1 < argc, "bench_loader: option ", a, " needs a value");
-      if (a == "--tokenizer")
-        tokenizer = argv[++i];
-      else if (a == "--samples")
-        samples = std::atoll(argv[++i]);
-      else if (a == "--seq-len")
-        seq_len = std::atoll(argv[++i]);
-      else if (a == "--dir")
-        dir = argv[++i];
-      else
-        VLM_FAIL("bench_loader: unknown option ", a);
-    }
-    VLM_CHECK(!tokenizer.empty(), "usage: bench_loader --tokenizer PATH [--samples N] "
-                                  "[--seq-len N] [--dir DIR]");
-    bool own_dir = dir.empty();
-    if (own_dir)
-      dir = (std::filesystem::temp_directory_path() /
-             ("vlm_bench_loader_" + std::to_string(getpid())))
-                .string();
-
-    const int sizes[][2] = {{500, 375},  {640, 480},  {800, 600}, {1024, 768},
-                            {1280, 720}, {1280, 960}, {480, 640}, {768, 1024}};
-    vlm::Rng rng(7);
-    std::vector<vlm::io::WriterSample> train;
-    size_t image_bytes = 0;
-    auto t_make = std::chrono::steady_clock::now();
-    for (int64_t k = 0; k < samples; k++) {
-      const int* wh = sizes[rng.randint(0, int64_t(std::size(sizes)))];
-      char key[24];
-      std::snprintf(key, sizeof key, "%06lld", (long long)k);
-      std::string jpg = photo(rng, wh[0], wh[1]);
-      image_bytes += jpg.size();
-      train.push_back({key, {{"jpg", std::move(jpg)}, {"json", conversation(rng)}}});
-    }
-    vlm::io::write_energon_dataset(dir, {{"train", std::move(train)}});
-    std::printf("dataset: %lld image+conversation samples, mean JPEG %.0f KB, written in %.1f s\n",
-                (long long)samples, double(image_bytes) / double(samples) / 1024,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_make).count());
-
-    // Qwen3-VL-8B on one H100/H200 (see the header comment).
-    const double flop_per_token = 52.7e9, peak = 989e12;
-    const double gpu_tokens_50 = 0.5 * peak / flop_per_token,
-                 gpu_tokens_100 = peak / flop_per_token;
-    std::printf("one GPU, Qwen3-VL-8B at seq %lld: %.0f tokens/s at 50%% MFU (%.0f at 100%%)\n",
-                (long long)seq_len, gpu_tokens_50, gpu_tokens_100);
-
-    for (int64_t threads : {1, 2}) {
-      vlm::io::LoaderConfig c;
-      c.dataset = dir;
-      c.tokenizer = tokenizer;
-      c.packing.seq_len = seq_len;
-      c.packing.buffer_size = 100;
-      c.packing.mrope = true;
-      c.num_workers = threads;
-      c.epochs = 1;
-      c.seed = 1;
-      vlm::io::DataLoader loader(c);
-      auto t0 = std::chrono::steady_clock::now();
-      double cpu0 = cpu_seconds();
-      int64_t docs = 0, tokens = 0, rows = 0, patches = 0;
-      while (auto r = loader.next()) {
-        docs += r->num_docs;
-        tokens += r->real_tokens;
-        patches += r->num_patches;
-        rows++;
-        loader.recycle(std::move(*r));
-      }
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      double cpu = cpu_seconds() - cpu0;
-      VLM_CHECK(docs == samples, "bench_loader: the loader yielded ", docs, " of ", samples,
-                " samples:\n", loader.report().summary());
-      double tok_s = double(tokens) / sec;
-      std::printf("loader, %lld reader thread%s: %.1f samples/s, %.0f tokens/s, %.2f rows/s "
-                  "(%.0f tokens and %.0f patches per sample, %.1f ms CPU per sample) = %.1fx one "
-                  "GPU's consumption at 50%% MFU (target >= 10x), %.1fx at 100%%\n",
-                  (long long)threads, threads > 1 ? "s" : "", double(docs) / sec, tok_s,
-                  double(rows) / sec, double(tokens) / double(docs), double(patches) / double(docs),
-                  1e3 * cpu / double(docs), tok_s / gpu_tokens_50, tok_s / gpu_tokens_100);
-      std::fflush(stdout);
-    }
-    if (own_dir) std::filesystem::remove_all(dir);
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  CLI::App app{"Data loader throughput on image + conversation samples, against what one GPU "
+               "consumes.",
+               "bench_loader"};
+  Options o;
+  add_options(app, o);
+  return vlm::bench::run_main(app, argc, argv, [&] { return run(o); });
 }

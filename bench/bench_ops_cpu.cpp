@@ -3,17 +3,18 @@
 // at transformer-like shapes, and our linear() against a direct cblas_sgemm of the same shape in
 // the same run. bench/bench_ops_cpu.sh puts torch's
 // scaled_dot_product_attention on the same attention shapes next to it.
-//   bench_ops_cpu [--quick]        (threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS)
+//   bench_ops_cpu [--quick]        (--quick: fewer shapes and runs; threads: OMP_NUM_THREADS /
+//                                   OPENBLAS_NUM_THREADS)
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "kernels/norm.h"
 #include "src/core/autograd.h"
 #include "src/core/ops.h"
@@ -43,16 +44,8 @@ void row(const char* name, const char* shape, double flops, double sec, const ch
               extra);
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  int reps = quick ? 3 : 7;
-  NoGradGuard no_grad;
-  Rng rng(0);
-  std::printf("%-22s %-34s %12s %17s\n", "op", "shape", "median", "throughput");
-
-  // --- matmul: our linear() vs cblas_sgemm on the same buffers -----------------------------------
+// Our linear() against cblas_sgemm on the same buffers; returns the worst ratio (BLAS time / ours).
+double bench_linear(bool quick, int reps, Rng& rng) {
   struct MM {
     int64_t rows, in, out;
   };
@@ -79,8 +72,11 @@ int main(int argc, char** argv) {
                   flops / blas / 1e9, ratio);
     row("linear f32", shape, flops, ours, extra);
   }
+  return worst_ratio;
+}
 
-  // --- attention (causal, packed documents): forward, and backward (fwd + bwd minus fwd) -------
+// Attention (causal, packed documents): forward, and backward (fwd + bwd minus fwd).
+void bench_attention(bool quick, int reps, Rng& rng) {
   struct Att {
     int64_t docs, len, hq, hkv, d;
   };
@@ -113,8 +109,11 @@ int main(int argc, char** argv) {
     row("attention fwd causal", shape, flops, fwd);
     row("attention bwd causal", shape, 2.5 * flops, std::max(both - fwd, 1e-9));
   }
+}
 
-  // --- RMSNorm kernels, forward and backward, next to a plain copy of the same bytes -------------
+// RMSNorm kernels, forward and backward, next to a plain copy of the same bytes; returns the worst
+// ratio (copy time / kernel time).
+double bench_rms_norm(bool quick, int reps, Rng& rng) {
   // Bandwidth-bound: the figure of merit is bytes moved per second against what a parallel copy
   // loop of as many bytes reaches in the same run (forward: read x, write y; backward: read x and
   // dy, write dx; the weight and per-row scalars are negligible). The kernels are called on
@@ -159,7 +158,30 @@ int main(int argc, char** argv) {
       worst_norm = std::min({worst_norm, copy2 / fwd, copy3 / bwd});
     }
   }
+  return worst_norm;
+}
+
+int run(bool quick) {
+  int reps = quick ? 3 : 7;
+  NoGradGuard no_grad;
+  Rng rng(0);
+  std::printf("%-22s %-34s %12s %17s\n", "op", "shape", "median", "throughput");
+  const double worst_ratio = bench_linear(quick, reps, rng);
+  bench_attention(quick, reps, rng);
+  const double worst_norm = bench_rms_norm(quick, reps, rng);
   std::printf("\nlinear vs cblas_sgemm, worst ratio: %.3f (target >= 0.95)\n", worst_ratio);
   std::printf("rms_norm vs copy bandwidth, worst ratio: %.2f (target >= 0.5)\n", worst_norm);
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CPU op benchmark: matmul, attention and RMSNorm against references of the same "
+               "run.",
+               "bench_ops_cpu"};
+  cli::show_defaults(app);
+  bool quick = false;
+  app.add_flag("--quick", quick, "fewer shapes and runs");
+  return bench::run_main(app, argc, argv, [&] { return run(quick); });
 }

@@ -1,21 +1,19 @@
 // Tokenizer encode throughput, single thread: every line of a corpus file encoded as one
 // document (as the loader does with samples). bench/bench_tokenizer.sh runs it beside HF
 // `tokenizers` on the same corpus and prints the ratio.
-//   bench_tokenizer --tokenizer PATH --corpus FILE [--reps N]
+//   bench_tokenizer --tokenizer PATH --corpus FILE [--reps N]   (--help: defaults)
 // Prints the first (cold word cache) pass and the best of N warm passes, in MB/s of UTF-8 input
 // per CPU second of the process (steadier than wall time on a busy machine), and the token count
 // (the same as HF's when the ids agree).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "io/text/tokenizer.h"
 #include "src/base/check.h"
 
@@ -39,26 +37,22 @@ Pass encode_all(const vlm::io::Tokenizer& tok, const std::vector<std::string_vie
   return {cpu_seconds() - t0, tokens};
 }
 
-int run(int argc, char** argv) {
+struct Options {
   std::string tokenizer_path, corpus_path;
-  int reps = 3;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (a == "--tokenizer" && next)
-      tokenizer_path = next, i++;
-    else if (a == "--corpus" && next)
-      corpus_path = next, i++;
-    else if (a == "--reps" && next)
-      reps = std::max(1, std::atoi(next)), i++;
-    else
-      VLM_FAIL("usage: bench_tokenizer --tokenizer PATH --corpus FILE [--reps N] (got '", a, "')");
-  }
-  VLM_CHECK(!tokenizer_path.empty() && !corpus_path.empty(),
-            "usage: bench_tokenizer --tokenizer PATH --corpus FILE [--reps N]");
+  int64_t reps = 3;
+};
 
-  std::ifstream f(corpus_path, std::ios::binary);
-  VLM_CHECK(f, "bench_tokenizer: cannot open corpus '", corpus_path, "'");
+void add_options(CLI::App& app, Options& o) {
+  vlm::cli::show_defaults(app);
+  app.add_option("--tokenizer", o.tokenizer_path, "tokenizer.json")->required();
+  app.add_option("--corpus", o.corpus_path, "the text, one document a line")->required();
+  app.add_option("--reps", o.reps, "warm passes (the best one is reported)")
+      ->check(vlm::cli::at_least(1));
+}
+
+int run(const Options& o) {
+  std::ifstream f(o.corpus_path, std::ios::binary);
+  VLM_CHECK(f, "bench_tokenizer: cannot open corpus '", o.corpus_path, "'");
   std::ostringstream ss;
   ss << f.rdbuf();
   const std::string corpus = ss.str();
@@ -73,12 +67,12 @@ int run(int argc, char** argv) {
   for (auto d : docs) bytes += d.size();
 
   const auto t0 = std::chrono::steady_clock::now();
-  const vlm::io::Tokenizer tok = vlm::io::Tokenizer::from_file(tokenizer_path);
+  const vlm::io::Tokenizer tok = vlm::io::Tokenizer::from_file(o.tokenizer_path);
   const double load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const Pass cold = encode_all(tok, docs);
   Pass best = cold;
-  for (int r = 0; r < reps; r++) {
+  for (int64_t r = 0; r < o.reps; r++) {
     const Pass p = encode_all(tok, docs);
     if (p.seconds < best.seconds) best = p;
   }
@@ -91,10 +85,9 @@ int run(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  CLI::App app{"Tokenizer encode throughput, single thread, every line of a corpus one document.",
+               "bench_tokenizer"};
+  Options o;
+  add_options(app, o);
+  return vlm::bench::run_main(app, argc, argv, [&] { return run(o); });
 }

@@ -1,22 +1,18 @@
 // Timing two sides of a comparison under MPI (bench_collectives, bench_checkpoint): runs of a and
 // b alternate, every rank starts each run together, a run's time is the slowest rank's, and the
-// median over `iters` runs after `warmup` runs of each side is reported.
+// median over `iters` runs after `warmup` runs of each side is reported (upper_median).
 #pragma once
 
 #include "parallel/mpi.h"
 
-#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <utility>
 #include <vector>
 
-namespace vlm::bench {
+#include "bench/median.h"
 
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+namespace vlm::bench {
 
 // Median seconds of a and of b.
 inline std::pair<double, double> time_pair(const std::function<void()>& a,
@@ -32,7 +28,7 @@ inline std::pair<double, double> time_pair(const std::function<void()>& a,
       if (i >= warmup) (side == 0 ? ta : tb).push_back(s);
     }
   }
-  return {median(ta), median(tb)};
+  return {upper_median(ta), upper_median(tb)};
 }
 
 } // namespace vlm::bench

@@ -192,17 +192,10 @@ std::vector<std::string> copy_tokenizer_files(const std::string& tokenizer_dir,
   return copied;
 }
 
-void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
-                      DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes,
-                      const std::map<std::string, std::string>& extra_files) {
-  const char* dtype_str = hf_dtype_name(dtype);
-  VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
-  fs::path out = fs::path(out_dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path(); // "dir/" -> "dir"
-  VLM_CHECK(!out.empty(), "save_hf_snapshot: empty output directory");
-  VLM_CHECK(tokenizer_dir.empty() || fs::is_directory(tokenizer_dir),
-            "save_hf_snapshot: tokenizer directory '", tokenizer_dir, "' does not exist");
-  // Never over anything: `out` is new, or an empty folder (the caller's, e.g. made for it).
+namespace {
+
+// Never over anything: `out` must be new or an empty folder (the caller's, e.g. made for it).
+void check_new_or_empty(const fs::path& out) {
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(out, ec);
   if (fs::exists(st)) {
@@ -213,37 +206,53 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
               " is a folder that is not empty; an HF snapshot never replaces files (choose a new "
               "or empty folder)");
   }
+}
+
+// A new folder beside `out` made for this save alone (mkdtemp: no name that was there before is
+// touched), renamed to `out` once complete.
+fs::path make_temp_beside(const fs::path& out) {
+  std::error_code ec;
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   VLM_CHECK(!ec, "save_hf_snapshot: cannot create ", parent.string(), ": ", ec.message());
-  // Everything goes to a new folder beside `out` made for this save alone (mkdtemp: no name
-  // that was there before is touched), renamed to `out` once complete.
   std::string pattern = (parent / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
   VLM_CHECK(::mkdtemp(pattern.data()) != nullptr, "save_hf_snapshot: cannot create a folder in ",
             parent.string(), ": ", std::strerror(errno));
-  const fs::path tmp = pattern;
-  struct RemoveUnlessDone { // our own temporary folder, on any error below
-    fs::path path;
-    bool done = false;
-    ~RemoveUnlessDone() {
-      std::error_code e;
-      if (!done) fs::remove_all(path, e);
-    }
-  } cleanup{tmp};
+  return pattern;
+}
 
+// Our own temporary folder, removed on any error before the save is done.
+struct RemoveUnlessDone {
+  fs::path path;
+  bool done = false;
+  ~RemoveUnlessDone() {
+    std::error_code e;
+    if (!done) fs::remove_all(path, e);
+  }
+};
+
+void write_config(const fs::path& dir, nlohmann::json config, const char* dtype_str) {
   VLM_CHECK(config.is_object(), "save_hf_snapshot: the config must be a JSON object");
   config["torch_dtype"] = dtype_str; // transformers 4
   config["dtype"] = dtype_str;       // transformers 5
-  {
-    std::ofstream f(tmp / "config.json");
-    f << config.dump(2) << "\n";
-    VLM_CHECK(f.good(), "save_hf_snapshot: cannot write ", (tmp / "config.json").string());
-  }
+  std::ofstream f(dir / "config.json");
+  f << config.dump(2) << "\n";
+  VLM_CHECK(f.good(), "save_hf_snapshot: cannot write ", (dir / "config.json").string());
+}
 
-  // Shards in parameter order, each up to max_shard_bytes (a larger tensor gets its own).
-  const auto params = model.named_parameters();
-  std::vector<std::vector<size_t>> shards(1);
-  int64_t shard_bytes = 0, total_bytes = 0;
+// Shards in parameter order (indices into params), each up to max_shard_bytes in the saved dtype
+// (a larger tensor gets its own), and the bytes of them all (the index's total_size).
+struct ShardPlan {
+  std::vector<std::vector<size_t>> shards;
+  int64_t total_bytes = 0;
+};
+
+ShardPlan plan_shards(const std::vector<nn::NamedParameter>& params, DType dtype,
+                      int64_t max_shard_bytes) {
+  ShardPlan plan;
+  auto& shards = plan.shards;
+  shards.resize(1);
+  int64_t shard_bytes = 0;
   for (size_t i = 0; i < params.size(); i++) {
     const int64_t n = params[i].tensor.numel() * int64_t(dtype_size(dtype));
     if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
@@ -252,8 +261,16 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
     }
     shards.back().push_back(i);
     shard_bytes += n;
-    total_bytes += n;
+    plan.total_bytes += n;
   }
+  return plan;
+}
+
+// Writes each shard's parameters, converted to `dtype` on the CPU one shard at a time, as
+// model.safetensors (one shard) or model-0000i-of-0000n.safetensors; returns the weight map
+// (tensor name -> file).
+nlohmann::json write_shards(const fs::path& dir, const std::vector<nn::NamedParameter>& params,
+                            const std::vector<std::vector<size_t>>& shards, DType dtype) {
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); s++) {
@@ -274,26 +291,56 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
         weight_map[params[i].name] = file;
       }
     }
-    io::write_safetensors((tmp / file).string(), infos, meta);
+    io::write_safetensors((dir / file).string(), infos, meta);
   }
-  if (shards.size() > 1) {
-    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
-                            {"weight_map", weight_map}};
-    std::ofstream f(tmp / "model.safetensors.index.json");
-    f << index.dump(2) << "\n";
-    VLM_CHECK(f.good(), "save_hf_snapshot: cannot write the index in ", tmp.string());
-  }
-  const std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
+  return weight_map;
+}
 
+void write_index(const fs::path& dir, int64_t total_bytes, const nlohmann::json& weight_map) {
+  nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  std::ofstream f(dir / "model.safetensors.index.json");
+  f << index.dump(2) << "\n";
+  VLM_CHECK(f.good(), "save_hf_snapshot: cannot write the index in ", dir.string());
+}
+
+void write_extra_files(const fs::path& dir, const std::map<std::string, std::string>& extra_files) {
   for (const auto& [name, contents] : extra_files) {
-    std::ofstream f(tmp / name, std::ios::binary | std::ios::trunc);
+    std::ofstream f(dir / name, std::ios::binary | std::ios::trunc);
     f << contents;
     f.close();
-    VLM_CHECK(f, "save_hf_snapshot: cannot write ", (tmp / name).string());
+    VLM_CHECK(f, "save_hf_snapshot: cannot write ", (dir / name).string());
   }
+}
+
+} // namespace
+
+void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
+                      DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes,
+                      const std::map<std::string, std::string>& extra_files) {
+  const char* dtype_str = hf_dtype_name(dtype);
+  VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path(); // "dir/" -> "dir"
+  VLM_CHECK(!out.empty(), "save_hf_snapshot: empty output directory");
+  VLM_CHECK(tokenizer_dir.empty() || fs::is_directory(tokenizer_dir),
+            "save_hf_snapshot: tokenizer directory '", tokenizer_dir, "' does not exist");
+  check_new_or_empty(out);
+  // Everything is written to the temporary folder first, so an error leaves `out` as it was.
+  const fs::path tmp = make_temp_beside(out);
+  RemoveUnlessDone cleanup{tmp};
+
+  write_config(tmp, std::move(config), dtype_str);
+  const auto params = model.named_parameters();
+  const ShardPlan plan = plan_shards(params, dtype, max_shard_bytes);
+  const std::vector<std::vector<size_t>>& shards = plan.shards;
+  const nlohmann::json weight_map = write_shards(tmp, params, shards, dtype);
+  if (shards.size() > 1) write_index(tmp, plan.total_bytes, weight_map);
+  const std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
+  write_extra_files(tmp, extra_files); // after the tokenizer files: extra files win
 
   // rename(2) takes the place of a missing or empty `out` atomically, and fails on anything else
   // (something written there meanwhile stays).
+  std::error_code ec;
   fs::rename(tmp, out, ec);
   VLM_CHECK(!ec, "save_hf_snapshot: cannot rename ", tmp.string(), " to ", out.string(), ": ",
             ec.message());

@@ -3,7 +3,7 @@
 // rank's block, all_reduce (sum) size x the tensor, avg and max leave values as they are. The same
 // buffers, shapes and copies as a real group, no communication. Uses: timing compute alone
 // (bench/bench_fsdp_step) and running FSDP's multi-rank code paths on one device, to compare CUDA
-// with CPU (tests/gpu/test_gpu_parallel.cpp). The numbers of such a run are not a real job's.
+// with CPU (tests/parallel/test_parallel_gpu.cpp). The numbers of such a run are not a real job's.
 #pragma once
 
 #include "parallel/process_group.h"

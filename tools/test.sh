@@ -11,12 +11,12 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   build_args+=(--sanitize)
   shift
 fi
-bash "$root/tools/install_deps.sh"
+bash "$root/tools/deps/install_deps.sh"
 bash "$root/tools/build.sh" "${build_args[@]}"
 build_dir="$root/build"
 [[ " ${build_args[*]} " == *" --sanitize "* ]] && build_dir="$root/build-asan"
 # The layering checker's own test, so a broken checker cannot pass silently.
-bash "$root/tools/test_check_layering.sh" >/dev/null
+bash "$root/tests/lint/test_check_layering.sh" >/dev/null
 echo "layering checker self-test: OK"
 cd "$build_dir"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"

@@ -212,106 +212,129 @@ std::string TarRangeReader::read_extended(uint64_t offset, uint64_t size, const 
   return data;
 }
 
-bool TarRangeReader::next(TarMember* m) {
-  // Overrides collected from extended headers ('L' name, PAX path, PAX size). The first
-  // (outermost) one wins, as in Python's tarfile, which applies the outer header last.
-  std::optional<std::string> name_override;
-  std::optional<int64_t> pax_size;
+// Overrides collected from the extended headers before a member ('L' name, PAX path, PAX size).
+// The first (outermost) one wins, as in Python's tarfile, which applies the outer header last.
+struct TarRangeReader::Overrides {
+  std::optional<std::string> name;
+  std::optional<int64_t> size;
   std::map<std::string, std::string> pax_records;
   bool have_pax = false;
-  uint64_t first = pos_;
+};
+
+bool TarRangeReader::next(TarMember* m) {
+  Overrides ext;
+  uint64_t first = pos_; // where the member's first header is ('g' blocks before it excluded)
   char h[kBlock];
   for (;;) {
     const uint64_t here = pos_;
-    if (pos_ >= end_) {
-      if (pos_ == first) return false;
-      throw TarError(TarError::Kind::truncated, file_.path(), first,
-                     "extended header without a following member before the end of the range");
-    }
-    read_exact(pos_, h, kBlock, "tar header");
-    if (all_zero(h)) {
-      if (pos_ == first) return false; // end-of-archive marker
-      throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
-                     "zero block after an extended header");
-    }
-    if (!checksum_ok(h))
-      throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
-                     "not a tar header (bad checksum; a wrong .tar.idx offset or a corrupt "
-                     "shard)");
+    if (!read_header(first, h)) return false;
     int64_t size = 0;
     if (!parse_number(h, 124, 12, &size) || size < 0)
       throw TarError(TarError::Kind::corrupt, file_.path(), pos_, "bad size field in tar header");
-    char type = h[156];
+    const char type = h[156];
     if (type == 'L' || type == 'K') {
       std::string data = read_extended(pos_, uint64_t(size), "GNU long name");
-      if (type == 'L' && !name_override)
-        name_override = std::string(field(data.data(), 0, data.size()));
+      if (type == 'L' && !ext.name) ext.name = std::string(field(data.data(), 0, data.size()));
       pos_ += kBlock + round_up(uint64_t(size));
       continue;
     }
     if (type == 'x' || type == 'X' || type == 'g') {
-      std::string data = read_extended(pos_, uint64_t(size), "PAX");
-      std::map<std::string, std::string> recs;
-      if (!parse_pax(data, &recs))
-        throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
-                       "malformed PAX records (a record of length 0)");
-      pos_ += kBlock + round_up(uint64_t(size));
-      if (type == 'g') {
-        // Python's tarfile keeps global records and applies them only through a later 'x'
-        // header; the 'g' block itself belongs to no member.
-        for (auto& [k, v] : recs) global_pax_[k] = v;
-        if (here == first) first = pos_;
-        continue;
-      }
-      if (!have_pax) {
-        have_pax = true;
-        pax_records = global_pax_;
-        for (auto& [k, v] : recs) pax_records[k] = v;
-        if (auto it = pax_records.find("path"); it != pax_records.end() && !name_override) {
-          std::string path = it->second;
-          while (!path.empty() && path.back() == '/') path.pop_back(); // tarfile strips them
-          name_override = std::move(path);
-        }
-        if (auto it = pax_records.find("size"); it != pax_records.end()) {
-          int64_t s = 0;
-          if (!pax_number(it->second, &s))
-            throw TarError(TarError::Kind::corrupt, file_.path(), here,
-                           "bad PAX size '" + it->second + "'");
-          pax_size = s;
-        }
-        if (pax_records.count("GNU.sparse.map") || pax_records.count("GNU.sparse.size") ||
-            pax_records.count("GNU.sparse.major"))
-          throw TarError(TarError::Kind::corrupt, file_.path(), here,
-                         "GNU sparse members are not supported");
-      }
+      read_pax(type, uint64_t(size), &ext);
+      if (type == 'g' && here == first) first = pos_; // the 'g' block belongs to no member
       continue;
     }
-    // The member itself.
-    std::string name(field(h, 0, 100));
-    if (type == '\0') type = (!name.empty() && name.back() == '/') ? '5' : '0';
-    // The ustar prefix field, used as tarfile does (for any magic; GNU tar leaves it zero
-    // outside incremental archives).
-    std::string_view prefix = field(h, 345, 155);
-    if (!prefix.empty()) name = std::string(prefix) + "/" + name;
-    if (name_override) name = *name_override;
-    if (pax_size) size = *pax_size;
-    if (type == 'S')
-      throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
-                     "GNU sparse member '" + name + "' is not supported");
-
-    m->name = std::move(name);
-    m->type = type;
-    m->offset = first;
-    m->data_offset = pos_ + kBlock;
-    m->size = dataless_type(type) ? 0 : uint64_t(size);
-    m->pax = std::move(pax_records);
-    if (m->data_offset + m->size > file_.size())
-      throw TarError(TarError::Kind::truncated, file_.path(), pos_,
-                     "member '" + m->name + "' has " + std::to_string(m->size) +
-                         " data bytes but the file ends at byte " + std::to_string(file_.size()));
-    pos_ = m->data_offset + round_up(m->size);
+    take_member(h, size, ext, first, m);
     return true;
   }
+}
+
+// Reads the header block at pos_ into h; false at the end of the range or archive, which must
+// not come between a member and its extended headers (read since `first`).
+bool TarRangeReader::read_header(uint64_t first, char* h) {
+  if (pos_ >= end_) {
+    if (pos_ == first) return false;
+    throw TarError(TarError::Kind::truncated, file_.path(), first,
+                   "extended header without a following member before the end of the range");
+  }
+  read_exact(pos_, h, kBlock, "tar header");
+  if (all_zero(h)) {
+    if (pos_ == first) return false; // end-of-archive marker
+    throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
+                   "zero block after an extended header");
+  }
+  if (!checksum_ok(h))
+    throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
+                   "not a tar header (bad checksum; a wrong .tar.idx offset or a corrupt "
+                   "shard)");
+  return true;
+}
+
+// A PAX header of `size` data bytes at pos_ ('x'/'X' for the next member, 'g' global): its
+// records into *ext or global_pax_; pos_ moves past it.
+void TarRangeReader::read_pax(char type, uint64_t size, Overrides* ext) {
+  const uint64_t here = pos_;
+  std::string data = read_extended(pos_, size, "PAX");
+  std::map<std::string, std::string> recs;
+  if (!parse_pax(data, &recs))
+    throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
+                   "malformed PAX records (a record of length 0)");
+  pos_ += kBlock + round_up(size);
+  if (type == 'g') {
+    // Python's tarfile keeps global records and applies them only through a later 'x' header.
+    for (auto& [k, v] : recs) global_pax_[k] = v;
+    return;
+  }
+  if (ext->have_pax) return;
+  ext->have_pax = true;
+  ext->pax_records = global_pax_;
+  for (auto& [k, v] : recs) ext->pax_records[k] = v;
+  const auto& records = ext->pax_records;
+  if (auto it = records.find("path"); it != records.end() && !ext->name) {
+    std::string path = it->second;
+    while (!path.empty() && path.back() == '/') path.pop_back(); // tarfile strips them
+    ext->name = std::move(path);
+  }
+  if (auto it = records.find("size"); it != records.end()) {
+    int64_t s = 0;
+    if (!pax_number(it->second, &s))
+      throw TarError(TarError::Kind::corrupt, file_.path(), here,
+                     "bad PAX size '" + it->second + "'");
+    ext->size = s;
+  }
+  if (records.count("GNU.sparse.map") || records.count("GNU.sparse.size") ||
+      records.count("GNU.sparse.major"))
+    throw TarError(TarError::Kind::corrupt, file_.path(), here,
+                   "GNU sparse members are not supported");
+}
+
+// The member whose own header h is at pos_ (with `size` from it), after the overrides of its
+// extended headers from `first` on; pos_ moves past its data.
+void TarRangeReader::take_member(const char* h, int64_t size, Overrides& ext, uint64_t first,
+                                 TarMember* m) {
+  char type = h[156];
+  std::string name(field(h, 0, 100));
+  if (type == '\0') type = (!name.empty() && name.back() == '/') ? '5' : '0';
+  // The ustar prefix field, used as tarfile does (for any magic; GNU tar leaves it zero outside
+  // incremental archives).
+  std::string_view prefix = field(h, 345, 155);
+  if (!prefix.empty()) name = std::string(prefix) + "/" + name;
+  if (ext.name) name = *ext.name;
+  if (ext.size) size = *ext.size;
+  if (type == 'S')
+    throw TarError(TarError::Kind::corrupt, file_.path(), pos_,
+                   "GNU sparse member '" + name + "' is not supported");
+
+  m->name = std::move(name);
+  m->type = type;
+  m->offset = first;
+  m->data_offset = pos_ + kBlock;
+  m->size = dataless_type(type) ? 0 : uint64_t(size);
+  m->pax = std::move(ext.pax_records);
+  if (m->data_offset + m->size > file_.size())
+    throw TarError(TarError::Kind::truncated, file_.path(), pos_,
+                   "member '" + m->name + "' has " + std::to_string(m->size) +
+                       " data bytes but the file ends at byte " + std::to_string(file_.size()));
+  pos_ = m->data_offset + round_up(m->size);
 }
 
 std::string TarRangeReader::read_data(const TarMember& m) {

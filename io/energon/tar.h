@@ -96,6 +96,11 @@ private:
   // Copies [offset, offset+n) into dst; n may exceed the buffer. Throws TarError(truncated).
   void read_exact(uint64_t offset, char* dst, size_t n, const char* what);
   std::string read_extended(uint64_t offset, uint64_t size, const char* what);
+  // The steps of next() (tar.cpp).
+  struct Overrides;
+  bool read_header(uint64_t first, char* h);
+  void read_pax(char type, uint64_t size, Overrides* ext);
+  void take_member(const char* h, int64_t size, Overrides& ext, uint64_t first, TarMember* m);
 
   const ReadOnlyFile& file_;
   uint64_t pos_, end_;

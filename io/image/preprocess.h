@@ -3,7 +3,7 @@
 //   smart_resize -> bicubic antialiased resize -> (x - 255·mean) / (255·std) -> two identical
 //   temporal frames -> patches of (c, t, y, x) = 3·2·16·16 values in merge-window order.
 // The resize reproduces torchvision's uint8 path bit for bit (separable, int16 weights, uint8
-// intermediate), so pixel_values equal the reference exactly (tests/io/test_image.cpp).
+// intermediate), so pixel_values equal the reference exactly (tests/io/image/test_image.cpp).
 #pragma once
 
 #include <array>

@@ -3,25 +3,22 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <deque>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
-#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "io/energon/metadataset.h"
+#include "io/loader/loader_inputs.h"
+#include "io/loader/planned_rows.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 
 namespace vlm::io {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 void LoaderConfig::validate() const {
@@ -50,133 +47,6 @@ void LoaderConfig::validate() const {
 }
 
 namespace {
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-bool is_metadataset_path(const std::string& path) {
-  std::string ext = fs::path(path).extension().string();
-  return ext == ".yaml" || ext == ".yml";
-}
-
-// The folder name of a dataset path ("a/b/ds/" -> "ds").
-std::string folder_name(const std::string& path) {
-  fs::path p = fs::path(path).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
-
-// Shard names, counts and excludes of a split: what decides its index space and content.
-std::string split_fingerprint(const EnergonDataset& ds, const EnergonDataset::Split& split) {
-  std::string s;
-  for (const ShardInfo& sh : split.shards) s += sh.name + ":" + std::to_string(sh.count) + ";";
-  for (const std::string& e : ds.excludes()) s += "exclude:" + e + ";";
-  return hex64(fnv1a(s));
-}
-
-std::string file_fingerprint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  VLM_CHECK(in, "cannot read '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return hex64(fnv1a(ss.str()));
-}
-
-// One leaf of the data: a dataset split (or subset of it) with its blend parameters.
-struct Leaf {
-  std::shared_ptr<const EnergonDataset> dataset;
-  std::string split;
-  int64_t start = 0, end = 0;
-  double weight = 1.0, repetitions = 1.0;
-  std::map<std::string, std::string> subflavors; // merged; empty = the dataset's own
-  std::vector<int64_t> shard_counts;
-};
-
-struct Sources {
-  std::vector<Leaf> leaves;
-  BlendMode blend = BlendMode::none;
-};
-
-Sources open_sources(const LoaderConfig& cfg) {
-  Sources out;
-  auto open = [&](const std::string& path, const EnergonOpenOptions& opt) {
-    try {
-      return std::make_shared<const EnergonDataset>(EnergonDataset::open(path, opt));
-    } catch (const vlm::Error& e) {
-      VLM_FAIL("data loader: cannot open dataset '", path, "': ", e.what());
-    }
-  };
-  auto add_leaf = [&](std::shared_ptr<const EnergonDataset> ds, const std::string& split,
-                      const DatasetSubset& subset, const std::string& what) {
-    Leaf leaf;
-    leaf.dataset = std::move(ds);
-    leaf.split = split;
-    const EnergonDataset::Split* sp = nullptr;
-    try {
-      sp = &leaf.dataset->split(split);
-    } catch (const vlm::Error& e) {
-      VLM_FAIL("data loader: dataset '", leaf.dataset->root(), "': ", e.what());
-    }
-    for (const ShardInfo& sh : sp->shards) leaf.shard_counts.push_back(sh.count);
-    std::tie(leaf.start, leaf.end) = subset.apply(sp->num_samples, what);
-    out.leaves.push_back(std::move(leaf));
-  };
-
-  if (is_metadataset_path(cfg.dataset)) {
-    ResolvedSplit rs = resolve_metadataset(cfg.dataset, cfg.split);
-    out.blend = rs.mode;
-    for (const MetadatasetLeaf& ml : rs.leaves) {
-      VLM_CHECK(ml.shuffle_over_epochs && *ml.shuffle_over_epochs == 1, "data loader: ", ml.source,
-                ": shuffle_over_epochs_multiplier other than 1 is not supported by this loader");
-      EnergonOpenOptions opt;
-      opt.dataset_config = ml.dataset_config;
-      opt.split_config = ml.split_config;
-      add_leaf(open(ml.path, opt), ml.split, ml.subset, ml.source);
-      Leaf& leaf = out.leaves.back();
-      leaf.weight = ml.weight;
-      leaf.repetitions = ml.repetitions;
-      if (!ml.subflavors.empty())
-        leaf.subflavors = merge_subflavors(leaf.dataset->subflavors(), ml.subflavors);
-    }
-  } else {
-    VLM_CHECK(fs::is_directory(cfg.dataset), "data loader: dataset '", cfg.dataset,
-              "' is neither a prepared dataset folder nor a metadataset .yaml file");
-    add_leaf(open(cfg.dataset, {}), cfg.split, DatasetSubset{}, cfg.dataset);
-  }
-  VLM_CHECK(!out.leaves.empty(), "data loader: '", cfg.dataset, "' has no datasets for split '",
-            cfg.split, "'");
-  return out;
-}
-
-Tokenizer load_tokenizer(const std::string& path) {
-  try {
-    return Tokenizer::from_file(path);
-  } catch (const vlm::Error& e) {
-    VLM_FAIL("data loader: cannot load the tokenizer '", path, "': ", e.what());
-  }
-}
-
-// The packer's token ids must be the tokenizer's: a mismatch would silently break images.
-void check_token_ids(const PackingConfig& p, const Tokenizer& tok) {
-  auto check = [&](const char* field, int32_t id, const char* token) {
-    auto found = tok.find_token(token);
-    VLM_CHECK(found && *found == id, "data loader: packing.", field, " is ", id,
-              " but the tokenizer '", tok.path(), "' has ", token, " = ",
-              found ? std::to_string(*found) : "(none)");
-  };
-  check("image_token_id", p.image_token_id, "<|image_pad|>");
-  check("vision_start_id", p.vision_start_id, "<|vision_start|>");
-  check("vision_end_id", p.vision_end_id, "<|vision_end|>");
-  VLM_CHECK(p.pad_id >= 0 && p.pad_id < tok.vocab_size(), "data loader: packing.pad_id ", p.pad_id,
-            " is outside the tokenizer's vocabulary of ", tok.vocab_size());
-}
 
 // A row or the end of a worker's stream, with the worker's state right after it.
 struct Item {
@@ -222,6 +92,24 @@ private:
   std::deque<Item> q_;
   size_t cap_;
   bool stop_ = false;
+};
+
+// Encoded images of the samples in a worker's packing buffer, by sample id (a sample may be
+// buffered twice across an epoch boundary), for the pixels of the rows they end up in.
+class BufferedImages {
+public:
+  void retain(int64_t id, std::vector<std::string>&& images) {
+    auto& e = by_id_[id];
+    if (e.second++ == 0) e.first = std::move(images);
+  }
+  void release(int64_t id) {
+    auto it = by_id_.find(id);
+    if (it != by_id_.end() && --it->second.second == 0) by_id_.erase(it);
+  }
+  const std::vector<std::string>& of(int64_t id) const { return by_id_.at(id).first; }
+
+private:
+  std::unordered_map<int64_t, std::pair<std::vector<std::string>, int>> by_id_; // images, uses
 };
 
 json state_json(const LoaderWorkerState& w) {
@@ -437,49 +325,65 @@ struct DataLoader::Impl {
              st.skips.summary());
   }
 
+  // Re-reads the samples of a restored worker's packing buffer by id into its packer.
+  void refill_packer(const std::vector<int64_t>& buffer, OnlinePacker& packer,
+                     BufferedImages& images) const {
+    std::vector<TokenizedSample> docs;
+    for (int64_t id : buffer) {
+      SkipReport why;
+      auto ps = pipeline->process(id, &why);
+      VLM_CHECK(ps, "restore: sample id ", id,
+                " was in the packing buffer when the state was saved but is skipped now (",
+                why.examples.empty() ? std::string("excluded by split.yaml")
+                                     : why.examples[0].reason + ": " + why.examples[0].message,
+                "); the dataset or the sample pipeline changed since");
+      images.retain(id, std::move(ps->images));
+      docs.push_back(std::move(ps->tokens));
+    }
+    packer.restore(std::move(docs), buffer);
+  }
+
+  // Sample `id` through the pipeline into the packer; false when it gives no document (skipped
+  // by the pipeline or dropped by the packer, counted in *skips).
+  bool pack_sample(int64_t id, OnlinePacker& packer, BufferedImages& images,
+                   SkipReport* skips) const {
+    std::optional<PipelineSample> ps = pipeline->process(id, skips);
+    if (!ps) return false;
+    std::string shard = ps->shard, key = ps->key;
+    PrepareResult r = packer.push(std::move(ps->tokens));
+    if (is_dropped(r.fate)) {
+      skips->add({std::string("pack:") + sample_fate_name(r.fate),
+                  pipeline->sources()[size_t(sample_id_source(id))].dataset->root(), shard, key, id,
+                  r.reason});
+      return false;
+    }
+    images.retain(id, std::move(ps->images));
+    return true;
+  }
+
+  // The packer's next row with the pixels of its images, which it then no longer needs kept.
+  PackedRow pop_row(OnlinePacker& packer, BufferedImages& images) {
+    PackedRow row = packer.pop();
+    if (row.num_patches > 0) row.pixel_values = take_pixel_buffer();
+    pipeline->fill_row_pixels(
+        row, [&](int64_t id) -> const std::vector<std::string>& { return images.of(id); });
+    for (int64_t id : row.sample_indices) images.release(id);
+    return row;
+  }
+
   void run_online(int64_t w, LoaderWorkerState st, RowQueue& q) {
     Sampler sampler(sampler_cfgs[size_t(w)]);
     sampler.restore(st.sampler);
     OnlinePacker packer(cfg.packing);
-    // Encoded images of the buffered samples (by id; a sample may be buffered twice across an
-    // epoch boundary), for the pixels of the rows they end up in.
-    std::unordered_map<int64_t, std::pair<std::vector<std::string>, int>> images;
-    auto retain = [&](int64_t id, std::vector<std::string>&& imgs) {
-      auto& e = images[id];
-      if (e.second++ == 0) e.first = std::move(imgs);
-    };
-    auto release = [&](int64_t id) {
-      auto it = images.find(id);
-      if (it != images.end() && --it->second.second == 0) images.erase(it);
-    };
-
-    if (!st.packer_buffer.empty()) { // re-read the buffered samples by id
-      std::vector<TokenizedSample> docs;
-      for (int64_t id : st.packer_buffer) {
-        SkipReport why;
-        auto ps = pipeline->process(id, &why);
-        VLM_CHECK(ps, "restore: sample id ", id,
-                  " was in the packing buffer when the state was saved but is skipped now (",
-                  why.examples.empty() ? std::string("excluded by split.yaml")
-                                       : why.examples[0].reason + ": " + why.examples[0].message,
-                  "); the dataset or the sample pipeline changed since");
-        retain(id, std::move(ps->images));
-        docs.push_back(std::move(ps->tokens));
-      }
-      packer.restore(std::move(docs), st.packer_buffer);
-    }
+    BufferedImages images;
+    if (!st.packer_buffer.empty()) refill_packer(st.packer_buffer, packer, images);
     if (st.packer_finished) packer.finish();
 
     const int64_t limit = give_up_after(w);
     for (;;) {
       if (q.stopped()) return;
       if (packer.ready()) {
-        PackedRow row = packer.pop();
-        if (row.num_patches > 0) row.pixel_values = take_pixel_buffer();
-        pipeline->fill_row_pixels(row, [&](int64_t id) -> const std::vector<std::string>& {
-          return images.at(id).first;
-        });
-        for (int64_t id : row.sample_indices) release(id);
+        PackedRow row = pop_row(packer, images);
         st.rows++;
         st.sampler = sampler.state();
         st.packer_buffer = packer.buffered_indices();
@@ -501,20 +405,7 @@ struct DataLoader::Impl {
         continue;
       }
       st.samples++;
-      std::optional<PipelineSample> ps = pipeline->process(*id, &st.skips);
-      if (ps) {
-        std::string shard = ps->shard, key = ps->key;
-        PrepareResult r = packer.push(std::move(ps->tokens));
-        if (is_dropped(r.fate)) {
-          st.skips.add({std::string("pack:") + sample_fate_name(r.fate),
-                        pipeline->sources()[size_t(sample_id_source(*id))].dataset->root(), shard,
-                        key, *id, r.reason});
-          ps.reset();
-        } else {
-          retain(*id, std::move(ps->images));
-        }
-      }
-      if (ps) {
+      if (pack_sample(*id, packer, images, &st.skips)) {
         st.unusable_run = 0;
       } else if (++st.unusable_run >= limit) {
         warn_give_up(w, st);
@@ -537,21 +428,15 @@ struct DataLoader::Impl {
         q.push(Item{Item::end, {}, st, ""});
         return;
       }
-      std::vector<TokenizedSample> docs;
-      for (int64_t index : plan->row(*r)) {
-        st.samples++;
-        auto ps = pipeline->process(index, &st.skips, /*with_pixels=*/true);
-        if (ps) docs.push_back(std::move(ps->tokens));
-      }
-      if (docs.empty()) { // every sample of the row was skipped
+      std::optional<PackedRow> row = read_planned_row(*plan, *r, *pipeline, cfg.packing, &st);
+      if (!row) { // every sample of the row was skipped
         st.unusable_run++;
         continue;
       }
       st.unusable_run = 0;
-      PackedRow row = plan->pack(*r, std::move(docs), cfg.packing);
       st.rows++;
       st.sampler = sampler.state();
-      if (!q.push(Item{Item::row, std::move(row), st, ""})) return;
+      if (!q.push(Item{Item::row, std::move(*row), st, ""})) return;
     }
   }
 };
@@ -564,18 +449,9 @@ DataLoader::DataLoader(LoaderConfig cfg, Tokenizer tok) : impl_(std::make_unique
   m.sources = open_sources(cfg);
   check_token_ids(cfg.packing, tok);
   if (!cfg.packing_plan.empty()) {
-    VLM_CHECK(m.sources.leaves.size() == 1, "data loader: a packing plan needs a single dataset, '",
-              cfg.dataset, "' has ", m.sources.leaves.size());
     const Leaf& l = m.sources.leaves[0];
-    VLM_CHECK(l.start == 0 && l.end == l.dataset->split(l.split).num_samples,
-              "data loader: a packing plan cannot be combined with a subset");
-    m.plan = PackingPlan::load(cfg.packing_plan);
-    try {
-      m.plan->check_identity(loader_plan_identity(cfg));
-    } catch (const vlm::Error& e) {
-      VLM_FAIL("data loader: packing plan '", cfg.packing_plan,
-               "' was made for other data: ", e.what());
-    }
+    const bool subset = l.start != 0 || l.end != l.dataset->split(l.split).num_samples;
+    m.plan = open_planned_rows(cfg, m.sources.leaves.size(), subset);
   }
   std::vector<PipelineSource> ps;
   for (const Leaf& l : m.sources.leaves) ps.push_back({l.dataset, l.split, l.subflavors});
@@ -683,99 +559,13 @@ void DataLoader::recycle(PackedRow&& row) {
 const LoaderConfig& DataLoader::config() const { return impl_->cfg; }
 std::vector<int64_t> DataLoader::worker_samples() const { return impl_->owned; }
 
-// ---- Offline packing support ----
+// ---- The packer's token ids ----
 
 void set_token_ids(PackingConfig& p, const Tokenizer& tok) {
   p.pad_id = tok.token_to_id("<|endoftext|>");
   p.image_token_id = tok.token_to_id("<|image_pad|>");
   p.vision_start_id = tok.token_to_id("<|vision_start|>");
   p.vision_end_id = tok.token_to_id("<|vision_end|>");
-}
-
-PlanIdentity loader_plan_identity(const LoaderConfig& cfg) {
-  VLM_CHECK(!is_metadataset_path(cfg.dataset),
-            "packing plans are made for a single dataset folder, not a metadataset ('", cfg.dataset,
-            "')");
-  EnergonDataset ds = EnergonDataset::open(cfg.dataset);
-  const EnergonDataset::Split& sp = ds.split(cfg.split);
-  // Tokenizer::from_file accepts tokenizer.json or its folder.
-  std::string tok_file = fs::is_directory(cfg.tokenizer)
-                             ? (fs::path(cfg.tokenizer) / "tokenizer.json").string()
-                             : cfg.tokenizer;
-  const ImageProcessorConfig& im = cfg.image;
-  const PackingConfig& p = cfg.packing;
-  PlanIdentity id;
-  id.dataset = folder_name(cfg.dataset);
-  id.split = cfg.split;
-  id.sample_count = sp.num_samples;
-  id.seq_len = p.seq_len;
-  id.overlong = p.overlong;
-  std::string subflavors;
-  for (const auto& [k, v] : ds.subflavors()) subflavors += k + "=" + v + ";";
-  id.fingerprint = {
-      {"shards", split_fingerprint(ds, sp)},
-      {"subflavors", subflavors},
-      {"tokenizer", file_fingerprint(tok_file)},
-      {"image", "patch=" + std::to_string(im.patch_size) +
-                    " merge=" + std::to_string(im.merge_size) +
-                    " temporal=" + std::to_string(im.temporal_patch_size) + " min_pixels=" +
-                    std::to_string(im.min_pixels) + " max_pixels=" + std::to_string(im.max_pixels)},
-      {"chat", std::string("text_eos=") + (cfg.chat.text_eos ? "1" : "0") +
-                   " drop_images=" + (cfg.chat.drop_images ? "1" : "0")},
-      {"tokens", "image=" + std::to_string(p.image_token_id) +
-                     " vision_start=" + std::to_string(p.vision_start_id) +
-                     " vision_end=" + std::to_string(p.vision_end_id) +
-                     " spatial_merge=" + std::to_string(p.spatial_merge_size)},
-  };
-  return id;
-}
-
-std::vector<int32_t> scan_sample_lengths(const LoaderConfig& cfg, int threads, SkipReport* report,
-                                         const Tokenizer* tokenizer) {
-  cfg.packing.validate();
-  VLM_CHECK(!is_metadataset_path(cfg.dataset), "scan_sample_lengths: '", cfg.dataset,
-            "' is a metadataset; scan a single dataset folder");
-  Sources src = open_sources(cfg);
-  const Leaf& leaf = src.leaves.at(0);
-  Tokenizer tok = tokenizer ? *tokenizer : load_tokenizer(cfg.tokenizer);
-  check_token_ids(cfg.packing, tok);
-  SamplePipeline pipeline({{leaf.dataset, leaf.split, {}}}, std::move(tok),
-                          SamplePipelineConfig{cfg.image, cfg.chat});
-  const int64_t n = leaf.dataset->split(leaf.split).num_samples;
-  std::vector<int32_t> lengths(static_cast<size_t>(n), 0);
-  const int64_t T = std::max<int64_t>(1, std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
-  // Contiguous blocks per thread, reports merged in block order: deterministic output.
-  std::vector<SkipReport> reports(static_cast<size_t>(T));
-  std::vector<std::string> errors(static_cast<size_t>(T));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < T; t++)
-    pool.emplace_back([&, t] {
-      SkipReport& rep = reports[size_t(t)];
-      rep.max_examples = cfg.report_examples;
-      try {
-        for (int64_t i = n * t / T; i < n * (t + 1) / T; i++) {
-          auto ps = pipeline.process(i, &rep);
-          if (!ps) continue;
-          TokenizedSample& s = ps->tokens;
-          PrepareResult r = prepare_sample(s, cfg.packing);
-          if (is_dropped(r.fate)) {
-            rep.add({std::string("pack:") + sample_fate_name(r.fate), leaf.dataset->root(),
-                     ps->shard, ps->key, i, r.reason});
-            continue;
-          }
-          lengths[size_t(i)] = int32_t(s.length());
-        }
-      } catch (const std::exception& e) {
-        errors[size_t(t)] = e.what();
-      }
-    });
-  for (std::thread& th : pool) th.join();
-  for (const std::string& e : errors) VLM_CHECK(e.empty(), "scan_sample_lengths: ", e);
-  if (report) {
-    report->max_examples = cfg.report_examples;
-    for (const SkipReport& r : reports) report->merge(r);
-  }
-  return lengths;
 }
 
 } // namespace vlm::io

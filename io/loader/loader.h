@@ -145,6 +145,7 @@ private:
 // <|vision_end|>) from the tokenizer itself; an error names a token it lacks.
 void set_token_ids(PackingConfig& packing, const Tokenizer& tokenizer);
 
+// Offline packing, defined beside the loader's own use of plans (io/loader/planned_rows.cpp).
 // What a packing plan for `cfg` must have been made for: dataset (folder name), split, sample
 // count, seq_len, overlong policy, and a fingerprint of everything else that decides sample
 // lengths (the split's shards and counts, a hash of tokenizer.json, image processor settings,

@@ -40,7 +40,7 @@
 // first-fit-decreasing of the buffer into its remaining room. The others stay and are packed
 // again together with the samples that refill the buffer. (Emitting the fullest BFD bin instead
 // fills rows about as well but starves hard-to-pack samples: in the 8,000-sample lognormal
-// stream of tests/io/test_packing.cpp one waits 1,014 of its 1,015 rows, so long documents
+// stream of tests/io/loader/test_packing.cpp one waits 1,014 of its 1,015 rows, so long documents
 // drift to the end of the epoch.) The next row is a pure function of the buffer's contents in
 // arrival order, which is what makes the state small and exact: the list of buffered global
 // indices, restored by re-feeding those samples in order.

@@ -94,6 +94,33 @@ std::string sample_skip_reason(const std::exception& e) {
 
 // ---- SamplePipeline ----
 
+namespace {
+
+// A text-only sample (chat.drop_images): the images are removed from the conversation.
+void drop_images(ChatSample& chat) {
+  for (Message& m : chat.messages)
+    std::erase_if(m.content, [](const ContentItem& c) { return c.is_image; });
+  chat.image_parts.clear();
+}
+
+// The grid of an encoded image, which decides its number of image tokens. With `pixels`, its
+// preprocessed pixels are appended there; without, only the grid is computed (what
+// preprocess_image would give), after a full decode so that a corrupt image is caught now.
+// Throws ImageError.
+GridTHW image_grid(const std::string& bytes, const std::string& part,
+                   const ImageProcessorConfig& ic, std::vector<float>* pixels) {
+  Image img = decode_image(bytes, part);
+  if (pixels) {
+    ProcessedImage p = preprocess_image(img, ic);
+    pixels->insert(pixels->end(), p.pixel_values.begin(), p.pixel_values.end());
+    return p.grid_thw;
+  }
+  auto [h, w] = smart_resize(img.height, img.width, ic);
+  return {1, h / ic.patch_size, w / ic.patch_size};
+}
+
+} // namespace
+
 SamplePipeline::SamplePipeline(std::vector<PipelineSource> sources, Tokenizer tokenizer,
                                SamplePipelineConfig cfg)
     : sources_(std::move(sources)), tokenizer_(std::move(tokenizer)), cfg_(std::move(cfg)) {
@@ -143,11 +170,7 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
   } catch (const ChatFormatError& e) {
     return skip(sample_skip_reason(e), raw.shard, raw.key, e.what());
   }
-  if (cfg_.chat.drop_images) {
-    for (Message& m : chat.messages)
-      std::erase_if(m.content, [](const ContentItem& c) { return c.is_image; });
-    chat.image_parts.clear();
-  }
+  if (cfg_.chat.drop_images) drop_images(chat);
 
   PipelineSample out;
   TokenizedSample& t = out.tokens;
@@ -159,15 +182,7 @@ std::optional<PipelineSample> SamplePipeline::process(int64_t sample_id, SkipRep
     std::string& bytes = raw.parts.at(part);
     GridTHW grid{};
     try {
-      Image img = decode_image(bytes, part);
-      if (with_pixels) {
-        ProcessedImage p = preprocess_image(img, ic);
-        grid = p.grid_thw;
-        t.pixel_values.insert(t.pixel_values.end(), p.pixel_values.begin(), p.pixel_values.end());
-      } else { // the grid alone: what preprocess_image would produce
-        auto [h, w] = smart_resize(img.height, img.width, ic);
-        grid = {1, h / ic.patch_size, w / ic.patch_size};
-      }
+      grid = image_grid(bytes, part, ic, with_pixels ? &t.pixel_values : nullptr);
     } catch (const ImageError& e) {
       return skip(sample_skip_reason(e), raw.shard, raw.key,
                   "image part '" + part + "': " + e.what());

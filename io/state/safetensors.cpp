@@ -68,6 +68,70 @@ struct Fd {
   }
 };
 
+// The header entry of tensor `key` (error prefix `where`), checked against the data region
+// [data, data + data_len): a known dtype, a non-negative shape, and offsets that hold exactly its
+// bytes.
+TensorInfo tensor_entry(const std::string& where, const std::string& key,
+                        const nlohmann::json& entry, const unsigned char* data, uint64_t data_len) {
+  VLM_CHECK(entry.is_object(), where, ": entry is not an object");
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    VLM_CHECK(entry.contains(field), where, ": missing '", field, "'");
+
+  const auto& jdtype = entry["dtype"];
+  VLM_CHECK(jdtype.is_string(), where, ": 'dtype' is not a string");
+  TensorInfo t;
+  t.name = key;
+  try {
+    t.dtype = safetensors_dtype(jdtype.get<std::string>());
+  } catch (const Error& e) {
+    VLM_FAIL(where, ": ", e.what());
+  }
+
+  const auto& jshape = entry["shape"];
+  VLM_CHECK(jshape.is_array(), where, ": 'shape' is not an array");
+  for (const auto& d : jshape) {
+    uint64_t v = 0;
+    VLM_CHECK(get_u64(d, &v) && v <= uint64_t(std::numeric_limits<int64_t>::max()), where,
+              ": 'shape' ", jshape.dump(), " must hold non-negative integers");
+    t.shape.push_back(int64_t(v));
+  }
+
+  const auto& joff = entry["data_offsets"];
+  uint64_t begin = 0, end = 0;
+  VLM_CHECK(joff.is_array() && joff.size() == 2 && get_u64(joff[0], &begin) &&
+                get_u64(joff[1], &end),
+            where, ": 'data_offsets' ", joff.dump(), " must be [begin, end]");
+  VLM_CHECK(begin <= end && end <= data_len, where, ": data_offsets [", begin, ", ", end,
+            "] out of range of the data region of ", data_len, " bytes");
+  uint64_t expected = 0;
+  VLM_CHECK(byte_size(t.shape, t.dtype, &expected), where, ": shape ", shape_str(t.shape),
+            " overflows");
+  VLM_CHECK(end - begin == expected, where, ": data_offsets [", begin, ", ", end, "] hold ",
+            end - begin, " bytes, but ", safetensors_dtype_name(t.dtype), " ", shape_str(t.shape),
+            " needs ", expected);
+  t.data = data + begin;
+  t.nbytes = size_t(expected);
+  return t;
+}
+
+// Puts the tensors in file order; the sort also lets us reject overlapping ranges in one pass.
+void sort_and_check_overlaps(std::vector<TensorInfo>& tensors, const unsigned char* data,
+                             const std::string& file) {
+  auto offset = [&](const TensorInfo& t) {
+    return static_cast<const unsigned char*>(t.data) - data;
+  };
+  std::sort(tensors.begin(), tensors.end(), [&](const TensorInfo& a, const TensorInfo& b) {
+    return offset(a) != offset(b) ? offset(a) < offset(b) : a.name < b.name;
+  });
+  const TensorInfo* prev = nullptr; // the last non-empty tensor
+  for (const TensorInfo& t : tensors) {
+    if (t.nbytes == 0) continue;
+    VLM_CHECK(!prev || offset(*prev) + ptrdiff_t(prev->nbytes) <= offset(t), file, ", tensor '",
+              t.name, "': data overlaps tensor '", prev->name, "'");
+    prev = &t;
+  }
+}
+
 } // namespace
 
 DType safetensors_dtype(const std::string& name) {
@@ -154,7 +218,6 @@ void SafetensorsFile::parse_header() {
   const unsigned char* data = bytes + 8 + header_len;
   const uint64_t data_len = map_size_ - 8 - header_len;
   for (const auto& [key, entry] : header.items()) {
-    const std::string where = file + ", tensor '" + key + "'";
     if (key == "__metadata__") {
       VLM_CHECK(entry.is_object(), file, ": __metadata__ is not an object");
       for (const auto& [mk, mv] : entry.items()) {
@@ -163,61 +226,9 @@ void SafetensorsFile::parse_header() {
       }
       continue;
     }
-    VLM_CHECK(entry.is_object(), where, ": entry is not an object");
-    for (const char* field : {"dtype", "shape", "data_offsets"})
-      VLM_CHECK(entry.contains(field), where, ": missing '", field, "'");
-
-    const auto& jdtype = entry["dtype"];
-    VLM_CHECK(jdtype.is_string(), where, ": 'dtype' is not a string");
-    TensorInfo t;
-    t.name = key;
-    try {
-      t.dtype = safetensors_dtype(jdtype.get<std::string>());
-    } catch (const Error& e) {
-      VLM_FAIL(where, ": ", e.what());
-    }
-
-    const auto& jshape = entry["shape"];
-    VLM_CHECK(jshape.is_array(), where, ": 'shape' is not an array");
-    for (const auto& d : jshape) {
-      uint64_t v = 0;
-      VLM_CHECK(get_u64(d, &v) && v <= uint64_t(std::numeric_limits<int64_t>::max()), where,
-                ": 'shape' ", jshape.dump(), " must hold non-negative integers");
-      t.shape.push_back(int64_t(v));
-    }
-
-    const auto& joff = entry["data_offsets"];
-    uint64_t begin = 0, end = 0;
-    VLM_CHECK(joff.is_array() && joff.size() == 2 && get_u64(joff[0], &begin) &&
-                  get_u64(joff[1], &end),
-              where, ": 'data_offsets' ", joff.dump(), " must be [begin, end]");
-    VLM_CHECK(begin <= end && end <= data_len, where, ": data_offsets [", begin, ", ", end,
-              "] out of range of the data region of ", data_len, " bytes");
-    uint64_t expected = 0;
-    VLM_CHECK(byte_size(t.shape, t.dtype, &expected), where, ": shape ", shape_str(t.shape),
-              " overflows");
-    VLM_CHECK(end - begin == expected, where, ": data_offsets [", begin, ", ", end, "] hold ",
-              end - begin, " bytes, but ", safetensors_dtype_name(t.dtype), " ", shape_str(t.shape),
-              " needs ", expected);
-    t.data = data + begin;
-    t.nbytes = size_t(expected);
-    tensors_.push_back(std::move(t));
+    tensors_.push_back(tensor_entry(file + ", tensor '" + key + "'", key, entry, data, data_len));
   }
-
-  // File order; the sort also lets us reject overlapping ranges with one pass.
-  auto offset = [&](const TensorInfo& t) {
-    return static_cast<const unsigned char*>(t.data) - data;
-  };
-  std::sort(tensors_.begin(), tensors_.end(), [&](const TensorInfo& a, const TensorInfo& b) {
-    return offset(a) != offset(b) ? offset(a) < offset(b) : a.name < b.name;
-  });
-  const TensorInfo* prev = nullptr; // the last non-empty tensor
-  for (const TensorInfo& t : tensors_) {
-    if (t.nbytes == 0) continue;
-    VLM_CHECK(!prev || offset(*prev) + ptrdiff_t(prev->nbytes) <= offset(t), file, ", tensor '",
-              t.name, "': data overlaps tensor '", prev->name, "'");
-    prev = &t;
-  }
+  sort_and_check_overlaps(tensors_, data, file);
   for (size_t i = 0; i < tensors_.size(); i++) index_.emplace(tensors_[i].name, i);
 }
 

@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "io/text/byte_level.h"
+#include "io/text/pre_tokenizer.h"
 #include "io/text/tokenizer.h"
 #include "io/text/unicode.h"
 #include "src/base/check.h"
@@ -19,27 +21,11 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// The Qwen2/Qwen3 pre-tokenizer regex, as written in the Qwen3 tokenizer.json
-// (io/text/tokenizer.cpp accepts exactly this string; pre_tokenize(text, false) implements it).
-constexpr const char* kQwenRegex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for
-// U+0100 + n in byte order.
-char32_t byte_char(int b) {
-  const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-  if (printable) return char32_t(b);
-  int n = 0;
-  for (int c = 0; c < b; c++)
-    n += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
-  return char32_t(256 + n);
-}
-
 // Byte-level spelling of raw bytes ("Ġhello" for " hello").
 std::string byte_level(std::string_view bytes) {
   static const std::array<std::string, 256> table = [] {
     std::array<std::string, 256> t;
-    for (int b = 0; b < 256; b++) unicode::utf8_append(&t[size_t(b)], byte_char(b));
+    for (int b = 0; b < 256; b++) t[size_t(b)] = byte_token(uint8_t(b));
     return t;
   }();
   std::string out;
@@ -81,7 +67,8 @@ public:
     // Ids 0..255: the byte symbols ordered by their byte-level code point (GPT-2's order).
     std::array<int, 256> order{};
     for (int b = 0; b < 256; b++) order[size_t(b)] = b;
-    std::sort(order.begin(), order.end(), [](int a, int b) { return byte_char(a) < byte_char(b); });
+    std::sort(order.begin(), order.end(),
+              [](int a, int b) { return byte_char(uint8_t(a)) < byte_char(uint8_t(b)); });
     for (int id = 0; id < 256; id++) {
       const auto b = uint8_t(order[size_t(id)]);
       byte_id_[b] = id;
@@ -284,12 +271,13 @@ std::string train_byte_level_bpe(const std::vector<std::string>& texts, int64_t 
                      {"special", true}});
   j["added_tokens"] = added;
   j["normalizer"] = {{"type", "NFC"}};
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers", ojson::array({ojson{{"type", "Split"},
-                                                              {"pattern", {{"Regex", kQwenRegex}}},
-                                                              {"behavior", "Isolated"},
-                                                              {"invert", false}},
-                                                        byte_level_options()})}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers", ojson::array({ojson{{"type", "Split"},
+                                            {"pattern", {{"Regex", std::string(kQwen2Regex)}}},
+                                            {"behavior", "Isolated"},
+                                            {"invert", false}},
+                                      byte_level_options()})}};
   j["post_processor"] = byte_level_options();
   j["decoder"] = byte_level_options();
   ojson vocab = ojson::object();

@@ -1,15 +1,18 @@
 // The byte-level BPE tokenizer of the Qwen family, read from a Hugging Face `tokenizer.json`, with
-// ids identical to HF `tokenizers` (checked against its output in tests/io/test_tokenizer.cpp).
-// The pipeline, as HF runs it for these files:
+// ids identical to HF `tokenizers` (checked against its output in
+// tests/io/text/test_tokenizer.cpp). The pipeline, as HF runs it for these files:
 //   1. added tokens (<|im_start|>, <|image_pad|>, <think>, ...) are matched in the raw text,
-//      leftmost-longest, with each token's lstrip / rstrip / single_word / normalized flags;
-//   2. the text between them is NFC-normalized (Unicode 9.0, as HF);
+//      leftmost-longest, with each token's lstrip / rstrip / single_word / normalized flags
+//      (added_tokens.h);
+//   2. the text between them is NFC-normalized (Unicode 9.0, as HF; unicode.h);
 //   3. split by the pre-tokenizer regex of Qwen2/Qwen3 or Qwen3.5 (a hand-written matcher over
-//      generated Unicode 16.0 class tables, as HF's Oniguruma);
-//   4. each piece's UTF-8 bytes are merged by BPE rank (with a per-thread cache of words).
-// Supported tokenizer.json: model BPE; normalizer NFC or none; pre_tokenizer Sequence[Split(one
-// of the two Qwen regexes, Isolated), ByteLevel(use_regex false)]; decoder ByteLevel;
-// post_processor ByteLevel or none. Anything else is a load error naming the file and the key.
+//      generated Unicode 16.0 class tables, as HF's Oniguruma; pre_tokenizer.h);
+//   4. each piece's UTF-8 bytes are merged by BPE rank (with a per-thread cache of words; bpe.h).
+// decode() maps tokens back to bytes through GPT-2's byte alphabet (byte_level.h).
+// Supported tokenizer.json (read by tokenizer_json.h): model BPE; normalizer NFC or none;
+// pre_tokenizer Sequence[Split(one of the two Qwen regexes, Isolated), ByteLevel(use_regex false)];
+// decoder ByteLevel; post_processor ByteLevel or none. Anything else is a load error naming the
+// file and the key.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Unicode helpers of the tokenizer: UTF-8 decoding/encoding, the character classes of the
 // pre-tokenizer regex, and NFC normalization. The data tables are generated
-// (tools/gen_unicode_tables.py -> io/text/unicode_tables.inc) to reproduce Hugging Face
+// (tools/golden/gen_unicode_tables.py -> io/text/unicode_tables.inc) to reproduce Hugging Face
 // `tokenizers` exactly, which uses two Unicode versions: 16.0 for the regex classes (its Oniguruma)
 // and 9.0 for NFC (its normalization crate). Characters newer than 9.0 therefore pass NFC
 // unchanged.
@@ -39,7 +39,7 @@ std::string utf8_lossy(std::string_view bytes);
 // U+000D, U+0085, Zs, Zl, Zp); kOther is everything else, unassigned code points included.
 enum class CharClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3, kMark = 4 };
 
-// Layout of the property byte (generated; tools/gen_unicode_tables.py).
+// Layout of the property byte (generated; tools/golden/gen_unicode_tables.py).
 constexpr int kPropBlockShift = 7;
 constexpr uint8_t kPropClassMask = 0x07;
 constexpr uint8_t kPropNfcMaybe = 1 << 3; // may compose with the previous character

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/instantiate.h"
+
 namespace vlm::kernels::cpu {
 
 namespace {
@@ -66,12 +68,7 @@ void index_add(T* out, const T* src, const I* index, int64_t outer, int64_t dim_
 #define VLM_INSTANTIATE(T, I)                                                                      \
   template void index_select<T, I>(T*, const T*, const I*, int64_t, int64_t, int64_t, int64_t);    \
   template void index_add<T, I>(T*, const T*, const I*, int64_t, int64_t, int64_t, int64_t);
-VLM_INSTANTIATE(float, int32_t)
-VLM_INSTANTIATE(float, int64_t)
-VLM_INSTANTIATE(double, int32_t)
-VLM_INSTANTIATE(double, int64_t)
-VLM_INSTANTIATE(bf16, int32_t)
-VLM_INSTANTIATE(bf16, int64_t)
+VLM_FOR_EACH_VALUE_INDEX(VLM_INSTANTIATE)
 #undef VLM_INSTANTIATE
 
 template int64_t first_out_of_range<int32_t>(const int32_t*, int64_t, int64_t);

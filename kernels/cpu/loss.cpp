@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/instantiate.h"
 #include "kernels/cpu/lane_reduce.h"
 
 namespace vlm::kernels::cpu {
@@ -126,12 +127,7 @@ void lce_chunk_bwd(T* dlogits, const T* logits, const acc_t<T>* lse, const I* la
                                     int64_t, int64_t, int64_t);                                    \
   template void lce_chunk_bwd<T, I>(T*, const T*, const acc_t<T>*, const I*, const acc_t<T>*,      \
                                     const double*, int64_t, int64_t, int64_t, int64_t);
-VLM_INSTANTIATE(float, int32_t)
-VLM_INSTANTIATE(float, int64_t)
-VLM_INSTANTIATE(double, int32_t)
-VLM_INSTANTIATE(double, int64_t)
-VLM_INSTANTIATE(bf16, int32_t)
-VLM_INSTANTIATE(bf16, int64_t)
+VLM_FOR_EACH_VALUE_INDEX(VLM_INSTANTIATE)
 #undef VLM_INSTANTIATE
 
 template void lce_finish<float, int32_t>(float*, float*, const float*, const float*, const float*,

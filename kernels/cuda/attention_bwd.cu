@@ -8,7 +8,7 @@
 // deterministic. Tiles: attention_tiles.cuh.
 #include <mma.h>
 
-#include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/cuda/attention_common.cuh"
 
 namespace vlm::kernels::cuda {
 namespace {
@@ -54,14 +54,10 @@ __global__ void __launch_bounds__(kBr * 4)
   float* sV = sK + kBc * kP;  // [kBc][kP]
   float* sdS = sV + kBc * kP; // [kBr][kPS]
 
-  const Tile tile = tiles[blockIdx.x];
-  const int h = blockIdx.y, g = h / (Hq / Hkv);
   const int r = threadIdx.x / kG, sub = threadIdx.x % kG;
-  const int rows = min(kBr, tile.len - tile.begin);
+  const auto [tile, h, g, rows, q_stride, kv_stride, q_row0] = query_tile<kBr>(tiles, Hq, Hkv, D);
   const int i = tile.begin + r;
   const bool valid = r < rows;
-  const int64_t q_stride = int64_t(Hq) * D, kv_stride = int64_t(Hkv) * D;
-  const int64_t q_row0 = (int64_t(tile.start) + tile.begin) * Hq + h;
   const int64_t row = q_row0 + int64_t(r) * Hq;
   const float row_lse = valid ? lse[row] : 0.f, row_delta = valid ? delta[row] : 0.f;
 
@@ -136,14 +132,11 @@ __global__ void __launch_bounds__(kBc * 8)
   float* sLse = sdS + kBr * kPS; // [kBr]
   float* sDelta = sLse + kBr;    // [kBr]
 
-  const Tile tile = tiles[blockIdx.x];
-  const int g = blockIdx.y, group = Hq / Hkv;
   const int j = threadIdx.x / kG, sub = threadIdx.x % kG;
-  const int keys = min(kBc, tile.len - tile.begin);
+  const auto [tile, g, group, keys, q_stride, kv_stride, kv_row0] =
+      key_tile<kBc>(tiles, Hq, Hkv, D);
   const bool valid = j < keys;
   const int key = tile.begin + j; // this thread's key row in the document
-  const int64_t q_stride = int64_t(Hq) * D, kv_stride = int64_t(Hkv) * D;
-  const int64_t kv_row0 = (int64_t(tile.start) + tile.begin) * Hkv + g;
 
   load_tile<kBc>(sK, kP, k + kv_row0 * D, kv_stride, keys, D);
   load_tile<kBc>(sV, kP, v + kv_row0 * D, kv_stride, keys, D);
@@ -160,10 +153,7 @@ __global__ void __launch_bounds__(kBc * 8)
       __syncthreads();
       load_tile<kBr>(sQ, kP, q + q_row0 * D, q_stride, rows, D);
       load_tile<kBr>(sdO, kP, dout + q_row0 * D, q_stride, rows, D);
-      for (int e = threadIdx.x; e < kBr; e += blockDim.x) {
-        sLse[e] = e < rows ? lse[q_row0 + int64_t(e) * Hq] : 0.f;
-        sDelta[e] = e < rows ? delta[q_row0 + int64_t(e) * Hq] : 0.f;
-      }
+      load_row_stats<kBr>(sLse, sDelta, lse, delta, q_row0, rows, Hq);
       __syncthreads();
 #pragma unroll
       for (int c = 0; c < kBr / kG; c++) {
@@ -296,16 +286,12 @@ __global__ void __launch_bounds__(kB * 2)
   auto* sLse = reinterpret_cast<float*>(wmma_smem + C::lse_off);       // [kBq]
   auto* sDelta = reinterpret_cast<float*>(wmma_smem + C::delta_off);   // [kBq]
 
-  const Tile tile = tiles[blockIdx.x];
-  const int g = blockIdx.y, group = Hq / Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int j = warp * 16 + lane / 2, half = lane % 2; // this lane's key row, column half
-  const int keys = min(kB, tile.len - tile.begin);
+  const auto [tile, g, group, keys, q_stride, kv_stride, kv_row0] = key_tile<kB>(tiles, Hq, Hkv, D);
   const int key = tile.begin + j;
   const bool valid = j < keys;
   const int Dp = (D + 15) / 16 * 16;
-  const int64_t q_stride = int64_t(Hq) * D, kv_stride = int64_t(Hkv) * D;
-  const int64_t kv_row0 = (int64_t(tile.start) + tile.begin) * Hkv + g;
 
   load_tile_bf16(sK, kLdh, k + kv_row0 * D, kv_stride, keys, D, Dp, kB);
   load_tile_bf16(sV, kLdh, v + kv_row0 * D, kv_stride, keys, D, Dp, kB);
@@ -320,10 +306,7 @@ __global__ void __launch_bounds__(kB * 2)
       __syncthreads();
       load_tile_bf16(sQ, kLdh, q + q_row0 * D, q_stride, rows, D, Dp, kBq);
       load_tile_bf16(sdO, kLdh, dout + q_row0 * D, q_stride, rows, D, Dp, kBq);
-      for (int e = threadIdx.x; e < kBq; e += blockDim.x) {
-        sLse[e] = e < rows ? lse[q_row0 + int64_t(e) * Hq] : 0.f;
-        sDelta[e] = e < rows ? delta[q_row0 + int64_t(e) * Hq] : 0.f;
-      }
+      load_row_stats<kBq>(sLse, sDelta, lse, delta, q_row0, rows, Hq);
       __syncthreads();
       wmma_abt<kBq>(sS + w0 * kLdS, kLdS, sK + w0 * kLdh, sQ, kLdh, Dp);   // S^T = K Q^T
       wmma_abt<kBq>(sdP + w0 * kLdS, kLdS, sV + w0 * kLdh, sdO, kLdh, Dp); // dP^T = V dO^T
@@ -390,16 +373,12 @@ __global__ void __launch_bounds__(kB * 2)
   auto* sdS = reinterpret_cast<__nv_bfloat16*>(wmma_smem + C::ds_off); // [kB][kLdP]
   auto* sdQ = reinterpret_cast<float*>(wmma_smem + C::dq_off);         // [kB][kLdO]
 
-  const Tile tile = tiles[blockIdx.x];
-  const int h = blockIdx.y, g = h / (Hq / Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = warp * 16 + lane / 2, half = lane % 2;
-  const int rows = min(kB, tile.len - tile.begin);
+  const auto [tile, h, g, rows, q_stride, kv_stride, q_row0] = query_tile<kB>(tiles, Hq, Hkv, D);
   const int i = tile.begin + r;
   const bool valid = r < rows;
   const int Dp = (D + 15) / 16 * 16;
-  const int64_t q_stride = int64_t(Hq) * D, kv_stride = int64_t(Hkv) * D;
-  const int64_t q_row0 = (int64_t(tile.start) + tile.begin) * Hq + h;
   const int64_t row = q_row0 + int64_t(r) * Hq;
   const float row_lse = valid ? lse[row] : 0.f, row_delta = valid ? delta[row] : 0.f;
   const int w0 = warp * 16;
@@ -448,61 +427,34 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
   check_shape(s, "attention_bwd");
   if (s.tokens == 0) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int D = int(s.head_dim), Hq = int(s.q_heads), Hkv = int(s.kv_heads);
+  const FlashLauncher flash{cu_seqlens_host, s, st};
   const int64_t n_rows = s.tokens * s.q_heads;
   float* delta = static_cast<float*>(malloc_async(size_t(n_rows) * sizeof(float), st));
   {
     const int blocks = int(std::min<int64_t>((n_rows + 7) / 8, 65536));
-    delta_kernel<<<blocks, 256, 0, st>>>(delta, dptr(dout), dptr(out), n_rows, D);
+    delta_kernel<<<blocks, 256, 0, st>>>(delta, dptr(dout), dptr(out), n_rows, int(s.head_dim));
     check_last_launch("attention_bwd (delta)");
   }
-  by_head_dim(D, [&](auto kd) {
+  by_head_dim(s.head_dim, [&](auto kd) {
     constexpr int kD = decltype(kd)::value, kB = fwd_rows<kD>(), kKv = 32;
     if constexpr (std::is_same_v<T, vlm::bf16>) {
       if (!simt_only()) {
-        {
-          using C = WmmaDkvCfg<kD, kB, 32>;
-          const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, false), st);
-          auto kernel = flash_dkv_wmma_kernel<kD, kB, 32>;
-          allow_smem(kernel, C::smem);
-          kernel<<<dim3(unsigned(tiles.n), unsigned(Hkv)), C::kThreads, C::smem, st>>>(
-              dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq,
-              Hkv, D, float(s.scale), s.causal);
-          check_last_launch("attention_bwd (dk, dv; tensor cores)");
-        }
-        {
-          using C = WmmaDqCfg<kD, kB, kB>;
-          const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, true), st);
-          auto kernel = flash_dq_wmma_kernel<kD, kB, kB>;
-          allow_smem(kernel, C::smem);
-          kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-              dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq, Hkv, D,
-              float(s.scale), s.causal);
-          check_last_launch("attention_bwd (dq; tensor cores)");
-        }
+        flash.launch<WmmaDkvCfg<kD, kB, 32>>("attention_bwd (dk, dv; tensor cores)",
+                                             flash_dkv_wmma_kernel<kD, kB, 32>, TileRows::keys, kB,
+                                             dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k),
+                                             dptr(v), lse, delta);
+        flash.launch<WmmaDqCfg<kD, kB, kB>>(
+            "attention_bwd (dq; tensor cores)", flash_dq_wmma_kernel<kD, kB, kB>, TileRows::queries,
+            kB, dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta);
         return;
       }
     }
-    {
-      using C = DkvCfg<kD, kKv, kKv>;
-      const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kKv, s.causal, false), st);
-      auto kernel = flash_dkv_kernel<cuda_t<T>, kD, kKv, kKv>;
-      allow_smem(kernel, C::smem);
-      kernel<<<dim3(unsigned(tiles.n), unsigned(Hkv)), C::kThreads, C::smem, st>>>(
-          dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq, Hkv,
-          D, float(s.scale), s.causal);
-      check_last_launch("attention_bwd (dk, dv)");
-    }
-    {
-      using C = DqCfg<kD, kB, kB>;
-      const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, true), st);
-      auto kernel = flash_dq_kernel<cuda_t<T>, kD, kB, kB>;
-      allow_smem(kernel, C::smem);
-      kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-          dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta, tiles.p, Hq, Hkv, D,
-          float(s.scale), s.causal);
-      check_last_launch("attention_bwd (dq)");
-    }
+    flash.launch<DkvCfg<kD, kKv, kKv>>(
+        "attention_bwd (dk, dv)", flash_dkv_kernel<cuda_t<T>, kD, kKv, kKv>, TileRows::keys, kKv,
+        dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta);
+    flash.launch<DqCfg<kD, kB, kB>>("attention_bwd (dq)", flash_dq_kernel<cuda_t<T>, kD, kB, kB>,
+                                    TileRows::queries, kB, dptr(dq), dptr(dout), dptr(q), dptr(k),
+                                    dptr(v), lse, delta);
   });
   free_async(delta, st);
 }

@@ -7,7 +7,7 @@
 // sum l (online softmax); the output is acc / l and lse = m + log(l). Tiles: attention_tiles.cuh.
 #include <mma.h>
 
-#include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/cuda/attention_common.cuh"
 
 namespace vlm::kernels::cuda {
 namespace {
@@ -37,14 +37,10 @@ __global__ void __launch_bounds__(kBr * 4)
   float* sV = sK + kBc * kP; // [kBc][kP]
   float* sP = sV + kBc * kP; // [kBr][kPS]
 
-  const Tile tile = tiles[blockIdx.x];
-  const int h = blockIdx.y, g = h / (Hq / Hkv);
   const int r = threadIdx.x / kG, sub = threadIdx.x % kG;
-  const int rows = min(kBr, tile.len - tile.begin);
+  const auto [tile, h, g, rows, q_stride, kv_stride, q_row0] = query_tile<kBr>(tiles, Hq, Hkv, D);
   const int i = tile.begin + r; // this thread's query row in the document
   const bool valid = r < rows;
-  const int64_t q_stride = int64_t(Hq) * D, kv_stride = int64_t(Hkv) * D;
-  const int64_t q_row0 = (int64_t(tile.start) + tile.begin) * Hq + h; // (token, head) of row 0
 
   load_tile<kBr>(sQ, kP, q + q_row0 * D, q_stride, rows, D);
 
@@ -150,16 +146,12 @@ __global__ void __launch_bounds__(kB * 2)
   auto* sP = reinterpret_cast<__nv_bfloat16*>(wmma_smem + C::p_off); // [kB][kLdP]
   auto* sO = reinterpret_cast<float*>(wmma_smem + C::o_off);         // [kB][kLdO]
 
-  const Tile tile = tiles[blockIdx.x];
-  const int h = blockIdx.y, g = h / (Hq / Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = warp * 16 + lane / 2, half = lane % 2; // this lane's row and half of the columns
-  const int rows = min(kB, tile.len - tile.begin);
+  const auto [tile, h, g, rows, q_stride, kv_stride, q_row0] = query_tile<kB>(tiles, Hq, Hkv, D);
   const int i = tile.begin + r;
   const bool valid = r < rows;
   const int Dp = (D + 15) / 16 * 16;
-  const int64_t q_stride = int64_t(Hq) * D, kv_stride = int64_t(Hkv) * D;
-  const int64_t q_row0 = (int64_t(tile.start) + tile.begin) * Hq + h;
 
   load_tile_bf16(sQ, kLdh, q + q_row0 * D, q_stride, rows, D, Dp, kB);
   for (int e = threadIdx.x; e < kB * kLdO; e += blockDim.x) sO[e] = 0.f;
@@ -246,30 +238,20 @@ void attention_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
                    const int32_t* cu_seqlens_host, const AttentionShape& s, void* stream) {
   check_shape(s, "attention_fwd");
   if (s.tokens == 0) return;
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int D = int(s.head_dim), Hq = int(s.q_heads), Hkv = int(s.kv_heads);
-  by_head_dim(D, [&](auto kd) {
+  const FlashLauncher flash{cu_seqlens_host, s, static_cast<cudaStream_t>(stream)};
+  by_head_dim(s.head_dim, [&](auto kd) {
     constexpr int kD = decltype(kd)::value, kB = fwd_rows<kD>();
     if constexpr (std::is_same_v<T, vlm::bf16>) {
       if (!simt_only()) {
-        using C = WmmaCfg<kD, kB>;
-        const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, true), st);
-        auto kernel = flash_fwd_wmma_kernel<kD, kB>;
-        allow_smem(kernel, C::smem);
-        kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-            dptr(out), lse, dptr(q), dptr(k), dptr(v), tiles.p, Hq, Hkv, D, float(s.scale),
-            s.causal);
-        check_last_launch("attention_fwd (tensor cores)");
+        flash.launch<WmmaCfg<kD, kB>>("attention_fwd (tensor cores)", flash_fwd_wmma_kernel<kD, kB>,
+                                      TileRows::queries, kB, dptr(out), lse, dptr(q), dptr(k),
+                                      dptr(v));
         return;
       }
     }
-    using C = FwdCfg<kD, kB, kB>;
-    const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, kB, s.causal, true), st);
-    auto kernel = flash_fwd_kernel<cuda_t<T>, kD, kB, kB>;
-    allow_smem(kernel, C::smem);
-    kernel<<<dim3(unsigned(tiles.n), unsigned(Hq)), C::kThreads, C::smem, st>>>(
-        dptr(out), lse, dptr(q), dptr(k), dptr(v), tiles.p, Hq, Hkv, D, float(s.scale), s.causal);
-    check_last_launch("attention_fwd");
+    flash.launch<FwdCfg<kD, kB, kB>>("attention_fwd", flash_fwd_kernel<cuda_t<T>, kD, kB, kB>,
+                                     TileRows::queries, kB, dptr(out), lse, dptr(q), dptr(k),
+                                     dptr(v));
   });
 }
 

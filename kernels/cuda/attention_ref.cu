@@ -25,6 +25,20 @@ __device__ int find_doc(const int32_t* cu, int docs, int64_t t) {
   return lo;
 }
 
+// The query row of a forward / dQ thread: token t, query head h = blockIdx.y and its kv head g,
+// the first token of t's document, how many keys t sees and its (token, head) row.
+struct RefQuery {
+  int g;
+  int64_t start, visible, row;
+};
+__device__ __forceinline__ RefQuery ref_query(const int32_t* cu, int docs, int64_t t, int Hq,
+                                              int Hkv, bool causal) {
+  const int h = blockIdx.y, g = h / (Hq / Hkv);
+  const int b = find_doc(cu, docs, t);
+  const int64_t start = cu[b], len = cu[b + 1] - start, i = t - start;
+  return {g, start, causal ? i + 1 : len, t * Hq + h};
+}
+
 template <typename T> __device__ float dot_rows(const T* a, const T* b, int D) {
   float s = 0.f;
   for (int d = 0; d < D; d++) s += to_f32(a[d]) * to_f32(b[d]);
@@ -37,11 +51,7 @@ __global__ void ref_fwd_kernel(T* out, float* lse, const T* q, const T* k, const
                                float scale, bool causal) {
   const int64_t t = blockIdx.x * int64_t(kRefThreads) + threadIdx.x;
   if (t >= tokens) return;
-  const int h = blockIdx.y, g = h / (Hq / Hkv);
-  const int b = find_doc(cu, docs, t);
-  const int64_t start = cu[b], len = cu[b + 1] - start, i = t - start;
-  const int64_t visible = causal ? i + 1 : len;
-  const int64_t row = t * Hq + h;
+  const auto [g, start, visible, row] = ref_query(cu, docs, t, Hq, Hkv, causal);
   const T* qr = q + row * D;
   float m = -INFINITY;
   for (int64_t j = 0; j < visible; j++)
@@ -66,11 +76,7 @@ __global__ void ref_dq_kernel(T* dq, const T* dout, const T* q, const T* k, cons
                               int64_t tokens, int Hq, int Hkv, int D, float scale, bool causal) {
   const int64_t t = blockIdx.x * int64_t(kRefThreads) + threadIdx.x;
   if (t >= tokens) return;
-  const int h = blockIdx.y, g = h / (Hq / Hkv);
-  const int b = find_doc(cu, docs, t);
-  const int64_t start = cu[b], len = cu[b + 1] - start, i = t - start;
-  const int64_t visible = causal ? i + 1 : len;
-  const int64_t row = t * Hq + h;
+  const auto [g, start, visible, row] = ref_query(cu, docs, t, Hq, Hkv, causal);
   const float delta = dot_rows(dout + row * D, out + row * D, D);
   float acc[kRefMaxD];
   for (int d = 0; d < D; d++) acc[d] = 0.f;

@@ -47,36 +47,57 @@ __device__ __forceinline__ float gain(const float* wv, RmsNormWeight mode, int k
   return mode == RmsNormWeight::none ? 1.f : mode == RmsNormWeight::scale ? wv[k] : 1.f + wv[k];
 }
 
-// The row loop shared by every row kernel: calls body(r, valid) for each row of this thread's
-// row slot; `valid` is false for the padding rows of the last group (they must still take part in
-// row_sum).
+// This thread's row in the current row group of a row kernel (see VLM_ROW_LOOP). A padding row
+// of the last group (valid false) visits no columns but must still take part in row_sum.
+struct RowSlot {
+  int64_t r;   // the row
+  bool valid;  // r < rows
+  int64_t n;   // the columns this thread's row visits: dim, or 0 for a padding row
+  int64_t off; // the row's first element (row 0's for a padding row, which reads nothing)
+  __device__ __forceinline__ RowSlot(int64_t base, int64_t rows, int64_t dim)
+      : r(base + threadIdx.y), valid(r < rows), n(valid ? dim : 0), off((valid ? r : 0) * dim) {}
+};
+
+// The row loop shared by every row kernel: blocks stride over groups of blockDim.y rows, so any
+// number of rows works with a bounded grid; `base` is the group's first row.
 #define VLM_ROW_LOOP(rows)                                                                         \
   for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < (rows);                             \
        base += int64_t(gridDim.x) * blockDim.y)
+
+// The column loop of a row kernel (templated on WPR and V): c is the first column of each V-wide
+// pack of this thread among a row's n columns (the row's 32 * WPR threads take consecutive packs).
+#define VLM_PACK_LOOP(c, n)                                                                        \
+  for (int64_t c = int64_t(threadIdx.x) * V; c < (n); c += int64_t(32 * WPR * V))
+
+// 1 / rms(x) of the row at xr (every thread of the row gets it), also stored to rstd[row.r] once.
+// Shared by the plain and the gated RMSNorm forward so both compute it the same way.
+template <typename T, int WPR, int V>
+__device__ __forceinline__ float rms_rstd(const T* xr, const RowSlot& row, int64_t dim, float eps,
+                                          float* rstd, float* smem) {
+  float ss = 0;
+  VLM_PACK_LOOP(c, row.n) {
+    float v[V];
+    load_vec<T, V>(xr, c, v);
+#pragma unroll
+    for (int k = 0; k < V; k++) ss += v[k] * v[k];
+  }
+  ss = row_sum<WPR>(ss, smem);
+  const float rs = 1.f / sqrtf(ss / float(dim) + eps);
+  if (row.valid && threadIdx.x == 0) rstd[row.r] = rs;
+  return rs;
+}
 
 template <typename T, int WPR, int V>
 __global__ void __launch_bounds__(kThreads)
     rms_fwd_kernel(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
                    int64_t dim, float eps) {
   __shared__ float smem[kThreads / 32];
-  const int64_t step = 32 * WPR * V;
   VLM_ROW_LOOP(rows) {
-    const int64_t r = base + threadIdx.y;
-    const bool valid = r < rows;
-    const int64_t n = valid ? dim : 0;
-    const T* xr = x + (valid ? r : 0) * dim;
-    float ss = 0;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
-      float v[V];
-      load_vec<T, V>(xr, c, v);
-#pragma unroll
-      for (int k = 0; k < V; k++) ss += v[k] * v[k];
-    }
-    ss = row_sum<WPR>(ss, smem);
-    const float rs = 1.f / sqrtf(ss / float(dim) + eps);
-    if (valid && threadIdx.x == 0) rstd[r] = rs;
-    T* yr = y + (valid ? r : 0) * dim;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    const RowSlot row(base, rows, dim);
+    const T* xr = x + row.off;
+    const float rs = rms_rstd<T, WPR, V>(xr, row, dim, eps, rstd, smem);
+    T* yr = y + row.off;
+    VLM_PACK_LOOP(c, row.n) {
       float v[V], wv[V], o[V];
       load_vec<T, V>(xr, c, v);
       if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
@@ -92,36 +113,40 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// What both passes of the RMSNorm and LayerNorm backward read at column c: the packs of the rows
+// xr and dyr, and w's when has_w.
+template <typename T, int V>
+__device__ __forceinline__ void load_bwd_packs(float (&xv)[V], float (&gv)[V], float (&wv)[V],
+                                               const T* xr, const T* dyr, const T* w, bool has_w,
+                                               int64_t c) {
+  load_vec<T, V>(xr, c, xv);
+  load_vec<T, V>(dyr, c, gv);
+  if (has_w) load_vec<T, V>(w, c, wv);
+}
+
 template <typename T, int WPR, int V>
 __global__ void __launch_bounds__(kThreads)
     rms_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
                    RmsNormWeight mode, int64_t rows, int64_t dim) {
   __shared__ float smem[kThreads / 32];
-  const int64_t step = 32 * WPR * V;
   VLM_ROW_LOOP(rows) {
-    const int64_t r = base + threadIdx.y;
-    const bool valid = r < rows;
-    const int64_t n = valid ? dim : 0;
-    const T* xr = x + (valid ? r : 0) * dim;
-    const T* dyr = dy + (valid ? r : 0) * dim;
-    const float rs = valid ? rstd[r] : 0.f;
+    const RowSlot row(base, rows, dim);
+    const T* xr = x + row.off;
+    const T* dyr = dy + row.off;
+    const float rs = row.valid ? rstd[row.r] : 0.f;
     float dot = 0;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], gv[V], wv[V];
-      load_vec<T, V>(xr, c, xv);
-      load_vec<T, V>(dyr, c, gv);
-      if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
+      load_bwd_packs<T, V>(xv, gv, wv, xr, dyr, w, mode != RmsNormWeight::none, c);
 #pragma unroll
       for (int k = 0; k < V; k++) dot += gv[k] * gain(wv, mode, k) * xv[k] * rs;
     }
     dot = row_sum<WPR>(dot, smem);
     const float cc = dot / float(dim);
-    T* dxr = dx + (valid ? r : 0) * dim;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    T* dxr = dx + row.off;
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], gv[V], wv[V], o[V];
-      load_vec<T, V>(xr, c, xv);
-      load_vec<T, V>(dyr, c, gv);
-      if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
+      load_bwd_packs<T, V>(xv, gv, wv, xr, dyr, w, mode != RmsNormWeight::none, c);
 #pragma unroll
       for (int k = 0; k < V; k++) {
         const float a = gv[k] * gain(wv, mode, k);
@@ -137,23 +162,11 @@ __global__ void __launch_bounds__(kThreads)
     gated_fwd_kernel(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
                      int64_t dim, float eps) {
   __shared__ float smem[kThreads / 32];
-  const int64_t step = 32 * WPR * V;
   VLM_ROW_LOOP(rows) {
-    const int64_t r = base + threadIdx.y;
-    const bool valid = r < rows;
-    const int64_t n = valid ? dim : 0;
-    const int64_t off = (valid ? r : 0) * dim;
-    float ss = 0;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
-      float v[V];
-      load_vec<T, V>(x + off, c, v);
-#pragma unroll
-      for (int k = 0; k < V; k++) ss += v[k] * v[k];
-    }
-    ss = row_sum<WPR>(ss, smem);
-    const float rs = 1.f / sqrtf(ss / float(dim) + eps);
-    if (valid && threadIdx.x == 0) rstd[r] = rs;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    const RowSlot row(base, rows, dim);
+    const int64_t off = row.off;
+    const float rs = rms_rstd<T, WPR, V>(x + off, row, dim, eps, rstd, smem);
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], zv[V], wv[V], o[V];
       load_vec<T, V>(x + off, c, xv);
       load_vec<T, V>(z + off, c, zv);
@@ -169,25 +182,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// What both passes of the gated backward read at column c of the row at `off`: the packs of x,
+// z, dy and (when given) w.
+template <typename T, int V>
+__device__ __forceinline__ void load_gated_packs(float (&xv)[V], float (&zv)[V], float (&gv)[V],
+                                                 float (&wv)[V], const T* x, const T* z,
+                                                 const T* dy, const T* w, int64_t off, int64_t c) {
+  load_vec<T, V>(x + off, c, xv);
+  load_vec<T, V>(z + off, c, zv);
+  load_vec<T, V>(dy + off, c, gv);
+  if (w) load_vec<T, V>(w, c, wv);
+}
+
 template <typename T, int WPR, int V>
 __global__ void __launch_bounds__(kThreads)
     gated_bwd_kernel(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* w,
                      const float* rstd, int64_t rows, int64_t dim) {
   __shared__ float smem[kThreads / 32];
-  const int64_t step = 32 * WPR * V;
   VLM_ROW_LOOP(rows) {
-    const int64_t r = base + threadIdx.y;
-    const bool valid = r < rows;
-    const int64_t n = valid ? dim : 0;
-    const int64_t off = (valid ? r : 0) * dim;
-    const float rs = valid ? rstd[r] : 0.f;
+    const RowSlot row(base, rows, dim);
+    const int64_t off = row.off;
+    const float rs = row.valid ? rstd[row.r] : 0.f;
     float dot = 0;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], zv[V], gv[V], wv[V], o[V];
-      load_vec<T, V>(x + off, c, xv);
-      load_vec<T, V>(z + off, c, zv);
-      load_vec<T, V>(dy + off, c, gv);
-      if (w) load_vec<T, V>(w, c, wv);
+      load_gated_packs<T, V>(xv, zv, gv, wv, x, z, dy, w, off, c);
 #pragma unroll
       for (int k = 0; k < V; k++) {
         const float xhat = xv[k] * rs, sig = sigmoidf(zv[k]);
@@ -205,12 +224,9 @@ __global__ void __launch_bounds__(kThreads)
     dot = row_sum<WPR>(dot, smem);
     if (!dx) continue; // uniform over the launch
     const float cc = dot / float(dim);
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], zv[V], gv[V], wv[V], o[V];
-      load_vec<T, V>(x + off, c, xv);
-      load_vec<T, V>(z + off, c, zv);
-      load_vec<T, V>(dy + off, c, gv);
-      if (w) load_vec<T, V>(w, c, wv);
+      load_gated_packs<T, V>(xv, zv, gv, wv, x, z, dy, w, off, c);
 #pragma unroll
       for (int k = 0; k < V; k++) {
         const float a = gv[k] * zv[k] * sigmoidf(zv[k]) * (w ? wv[k] : 1.f);
@@ -226,14 +242,11 @@ __global__ void __launch_bounds__(kThreads)
     ln_fwd_kernel(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
                   int64_t dim, float eps) {
   __shared__ float smem[kThreads / 32];
-  const int64_t step = 32 * WPR * V;
   VLM_ROW_LOOP(rows) {
-    const int64_t r = base + threadIdx.y;
-    const bool valid = r < rows;
-    const int64_t n = valid ? dim : 0;
-    const int64_t off = (valid ? r : 0) * dim;
+    const RowSlot row(base, rows, dim);
+    const int64_t off = row.off;
     float s = 0;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float v[V];
       load_vec<T, V>(x + off, c, v);
 #pragma unroll
@@ -241,7 +254,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float mu = row_sum<WPR>(s, smem) / float(dim);
     float ss = 0; // two passes: the variance of centred values does not cancel
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float v[V];
       load_vec<T, V>(x + off, c, v);
 #pragma unroll
@@ -252,11 +265,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     ss = row_sum<WPR>(ss, smem);
     const float rs = 1.f / sqrtf(ss / float(dim) + eps);
-    if (valid && threadIdx.x == 0) {
-      mean[r] = mu;
-      rstd[r] = rs;
+    if (row.valid && threadIdx.x == 0) {
+      mean[row.r] = mu;
+      rstd[row.r] = rs;
     }
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float v[V], wv[V], bv[V], o[V];
       load_vec<T, V>(x + off, c, v);
       if (w) load_vec<T, V>(w, c, wv);
@@ -278,19 +291,14 @@ __global__ void __launch_bounds__(kThreads)
     ln_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
                   int64_t rows, int64_t dim) {
   __shared__ float smem[kThreads / 32];
-  const int64_t step = 32 * WPR * V;
   VLM_ROW_LOOP(rows) {
-    const int64_t r = base + threadIdx.y;
-    const bool valid = r < rows;
-    const int64_t n = valid ? dim : 0;
-    const int64_t off = (valid ? r : 0) * dim;
-    const float mu = valid ? mean[r] : 0.f, rs = valid ? rstd[r] : 0.f;
+    const RowSlot row(base, rows, dim);
+    const int64_t off = row.off;
+    const float mu = row.valid ? mean[row.r] : 0.f, rs = row.valid ? rstd[row.r] : 0.f;
     float sum_a = 0, dot = 0;
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], gv[V], wv[V];
-      load_vec<T, V>(x + off, c, xv);
-      load_vec<T, V>(dy + off, c, gv);
-      if (w) load_vec<T, V>(w, c, wv);
+      load_bwd_packs<T, V>(xv, gv, wv, x + off, dy + off, w, w != nullptr, c);
 #pragma unroll
       for (int k = 0; k < V; k++) {
         const float xhat = (xv[k] - mu) * rs, a = w ? gv[k] * wv[k] : gv[k];
@@ -301,11 +309,9 @@ __global__ void __launch_bounds__(kThreads)
     sum_a = row_sum<WPR>(sum_a, smem);
     dot = row_sum<WPR>(dot, smem);
     const float mean_a = sum_a / float(dim), mean_ax = dot / float(dim);
-    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += step) {
+    VLM_PACK_LOOP(c, row.n) {
       float xv[V], gv[V], wv[V], o[V];
-      load_vec<T, V>(x + off, c, xv);
-      load_vec<T, V>(dy + off, c, gv);
-      if (w) load_vec<T, V>(w, c, wv);
+      load_bwd_packs<T, V>(xv, gv, wv, x + off, dy + off, w, w != nullptr, c);
 #pragma unroll
       for (int k = 0; k < V; k++) {
         const float xhat = (xv[k] - mu) * rs, a = w ? gv[k] * wv[k] : gv[k];
@@ -315,6 +321,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
+
+#undef VLM_PACK_LOOP
+#undef VLM_ROW_LOOP
 
 // --- parameter gradients ------------------------------------------------------------------------
 
@@ -398,8 +407,8 @@ void param_grads(T* dw, T* db, const T* dy, const T* x, const T* z, const float*
   free_async(pb, stream);
 }
 
-// Launches kernel<T, WPR, V> for the row layout of `dim`, picking the vector width from the
-// alignment of `ptrs`. `launch` is called as launch(kernel_selector) with the block shape.
+// The vector width for a call: 16-byte packs when dim is a multiple of the pack and every pointer
+// of the call (null ones aside) is 16-byte aligned, scalar otherwise.
 template <typename T> int vec_width(int64_t dim, std::initializer_list<const void*> ptrs) {
   constexpr int V = int(16 / sizeof(T));
   if (dim % V != 0) return 1;
@@ -410,18 +419,27 @@ template <typename T> int vec_width(int64_t dim, std::initializer_list<const voi
 
 int warps_per_row(int64_t dim) { return dim <= 1024 ? 1 : dim <= 4096 ? 4 : 8; }
 
-// Calls f(std::integral_constant<int, WPR>, std::integral_constant<int, V>, grid, block).
-template <typename T, typename F> void dispatch_rows(int64_t rows, int64_t dim, int vec, F&& f) {
+// The one launcher of the row kernels: the row layout of `dim` (WPR warps a row, 256 / (32 * WPR)
+// rows a block, a bounded grid), the vector width V from `ptrs`, then
+// pick(std::integral_constant<int, WPR>, std::integral_constant<int, V>) -- which returns the
+// kernel<T, WPR, V> instantiation -- launched with `args` and checked under the name `op`.
+template <typename T, typename Pick, typename... Args>
+void launch_rows(const char* op, int64_t rows, int64_t dim, std::initializer_list<const void*> ptrs,
+                 void* stream, Pick pick, Args... args) {
+  const int vec = vec_width<T>(dim, ptrs);
   const int wpr = warps_per_row(dim);
   const int rows_per_block = kThreads / (32 * wpr);
   const dim3 block(unsigned(32 * wpr), unsigned(rows_per_block));
   const unsigned grid = grid_blocks(rows, rows_per_block);
   constexpr int VV = int(16 / sizeof(T));
   auto with_wpr = [&](auto w) {
-    if (vec == VV)
-      f(w, std::integral_constant<int, VV>{}, grid, block);
-    else
-      f(w, std::integral_constant<int, 1>{}, grid, block);
+    if (vec == VV) {
+      auto kernel = pick(w, std::integral_constant<int, VV>{});
+      kernel<<<grid, block, 0, as_stream(stream)>>>(args...);
+    } else {
+      auto kernel = pick(w, std::integral_constant<int, 1>{});
+      kernel<<<grid, block, 0, as_stream(stream)>>>(args...);
+    }
   };
   if (wpr == 1)
     with_wpr(std::integral_constant<int, 1>{});
@@ -429,7 +447,12 @@ template <typename T, typename F> void dispatch_rows(int64_t rows, int64_t dim, 
     with_wpr(std::integral_constant<int, 4>{});
   else
     with_wpr(std::integral_constant<int, 8>{});
+  check_last_launch(op);
 }
+
+// The kernel<cuda_t<T>, WPR, V> picker for launch_rows.
+#define VLM_ROW_KERNEL(kernel)                                                                     \
+  [](auto wpr, auto v) { return kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>; }
 
 } // namespace
 
@@ -437,27 +460,19 @@ template <typename T>
 void rms_norm_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
                   int64_t dim, double eps, void* stream) {
   if (rows == 0) return;
-  const int vec = vec_width<T>(dim, {y, x, mode == RmsNormWeight::none ? nullptr : w});
-  dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
-    rms_fwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
-        <<<grid, block, 0, as_stream(stream)>>>(dptr(y), rstd, dptr(x), dptr(w), mode, rows, dim,
-                                                float(eps));
-  });
-  check_last_launch("rms_norm_fwd");
+  launch_rows<T>("rms_norm_fwd", rows, dim, {y, x, mode == RmsNormWeight::none ? nullptr : w},
+                 stream, VLM_ROW_KERNEL(rms_fwd_kernel), dptr(y), rstd, dptr(x), dptr(w), mode,
+                 rows, dim, float(eps));
 }
 
 template <typename T>
 void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float* rstd,
                   RmsNormWeight mode, int64_t rows, int64_t dim, void* stream) {
-  if (dx && rows > 0) {
-    const int vec = vec_width<T>(dim, {dx, dy, x, mode == RmsNormWeight::none ? nullptr : w});
-    dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
-      rms_bwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
-          <<<grid, block, 0, as_stream(stream)>>>(dptr(dx), dptr(dy), dptr(x), dptr(w), rstd, mode,
-                                                  rows, dim);
-    });
-    check_last_launch("rms_norm_bwd");
-  }
+  if (dx && rows > 0)
+    launch_rows<T>("rms_norm_bwd", rows, dim,
+                   {dx, dy, x, mode == RmsNormWeight::none ? nullptr : w}, stream,
+                   VLM_ROW_KERNEL(rms_bwd_kernel), dptr(dx), dptr(dy), dptr(x), dptr(w), rstd, mode,
+                   rows, dim);
   param_grads<ParamKind::rms, T>(dw, nullptr, dy, x, nullptr, nullptr, rstd, rows, dim,
                                  as_stream(stream), "rms_norm_bwd (dw)");
 }
@@ -466,27 +481,18 @@ template <typename T>
 void rms_norm_gated_fwd(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
                         int64_t dim, double eps, void* stream) {
   if (rows == 0) return;
-  const int vec = vec_width<T>(dim, {y, x, z, w});
-  dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
-    gated_fwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
-        <<<grid, block, 0, as_stream(stream)>>>(dptr(y), rstd, dptr(x), dptr(z), dptr(w), rows, dim,
-                                                float(eps));
-  });
-  check_last_launch("rms_norm_gated_fwd");
+  launch_rows<T>("rms_norm_gated_fwd", rows, dim, {y, x, z, w}, stream,
+                 VLM_ROW_KERNEL(gated_fwd_kernel), dptr(y), rstd, dptr(x), dptr(z), dptr(w), rows,
+                 dim, float(eps));
 }
 
 template <typename T>
 void rms_norm_gated_bwd(T* dx, T* dz, T* dw, const T* dy, const T* x, const T* z, const T* w,
                         const float* rstd, int64_t rows, int64_t dim, void* stream) {
-  if ((dx || dz) && rows > 0) {
-    const int vec = vec_width<T>(dim, {dx, dz, dy, x, z, w});
-    dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
-      gated_bwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
-          <<<grid, block, 0, as_stream(stream)>>>(dptr(dx), dptr(dz), dptr(dy), dptr(x), dptr(z),
-                                                  dptr(w), rstd, rows, dim);
-    });
-    check_last_launch("rms_norm_gated_bwd");
-  }
+  if ((dx || dz) && rows > 0)
+    launch_rows<T>("rms_norm_gated_bwd", rows, dim, {dx, dz, dy, x, z, w}, stream,
+                   VLM_ROW_KERNEL(gated_bwd_kernel), dptr(dx), dptr(dz), dptr(dy), dptr(x), dptr(z),
+                   dptr(w), rstd, rows, dim);
   param_grads<ParamKind::gated, T>(dw, nullptr, dy, x, z, nullptr, rstd, rows, dim,
                                    as_stream(stream), "rms_norm_gated_bwd (dw)");
 }
@@ -495,30 +501,22 @@ template <typename T>
 void layer_norm_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b,
                     int64_t rows, int64_t dim, double eps, void* stream) {
   if (rows == 0) return;
-  const int vec = vec_width<T>(dim, {y, x, w, b});
-  dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
-    ln_fwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
-        <<<grid, block, 0, as_stream(stream)>>>(dptr(y), mean, rstd, dptr(x), dptr(w), dptr(b),
-                                                rows, dim, float(eps));
-  });
-  check_last_launch("layer_norm_fwd");
+  launch_rows<T>("layer_norm_fwd", rows, dim, {y, x, w, b}, stream, VLM_ROW_KERNEL(ln_fwd_kernel),
+                 dptr(y), mean, rstd, dptr(x), dptr(w), dptr(b), rows, dim, float(eps));
 }
 
 template <typename T>
 void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const float* mean,
                     const float* rstd, int64_t rows, int64_t dim, void* stream) {
-  if (dx && rows > 0) {
-    const int vec = vec_width<T>(dim, {dx, dy, x, w});
-    dispatch_rows<T>(rows, dim, vec, [&](auto wpr, auto v, dim3 grid, dim3 block) {
-      ln_bwd_kernel<cuda_t<T>, decltype(wpr)::value, decltype(v)::value>
-          <<<grid, block, 0, as_stream(stream)>>>(dptr(dx), dptr(dy), dptr(x), dptr(w), mean, rstd,
-                                                  rows, dim);
-    });
-    check_last_launch("layer_norm_bwd");
-  }
+  if (dx && rows > 0)
+    launch_rows<T>("layer_norm_bwd", rows, dim, {dx, dy, x, w}, stream,
+                   VLM_ROW_KERNEL(ln_bwd_kernel), dptr(dx), dptr(dy), dptr(x), dptr(w), mean, rstd,
+                   rows, dim);
   param_grads<ParamKind::layer, T>(dw, db, dy, x, nullptr, mean, rstd, rows, dim, as_stream(stream),
                                    "layer_norm_bwd (dw, db)");
 }
+
+#undef VLM_ROW_KERNEL
 
 #define VLM_INSTANTIATE(T)                                                                         \
   template void rms_norm_fwd<T>(T*, float*, const T*, const T*, RmsNormWeight, int64_t, int64_t,   \

@@ -6,6 +6,7 @@
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
 #include "src/base/check.h"
+#include "src/cli/args.h"
 #include "src/train/checkpoint.h"
 
 namespace vlm::cli {
@@ -13,14 +14,6 @@ namespace vlm::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-const char* kExportUsage = R"(usage: vlmtrain export --checkpoint DIR --out DIR [--dtype bf16|f32]
-  Writes an HF snapshot (config.json, model.safetensors, tokenizer files) that transformers
-  loads, from a checkpoint of `vlmtrain train`: a step_N folder (checkpoint.format = "hdf5",
-  saved by any number of ranks and any layout), a checkpoint.output_dir (what its `latest`
-  names), or an HF snapshot (checkpoint-step-N, or any HF snapshot of a registered model type).
-  --out must be a new folder or an empty one: export never replaces or deletes anything.
-)";
 
 // --out: a new or empty folder, checked before anything is loaded (export writes nothing else).
 void check_out(const std::string& out) {
@@ -37,29 +30,23 @@ void check_out(const std::string& out) {
 } // namespace
 
 int cmd_export(const std::vector<std::string>& args) {
-  std::string checkpoint, out;
-  DType dtype = DType::bf16;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      VLM_CHECK(i + 1 < args.size(), "option ", a, " needs a value\n", kExportUsage);
-      return args[++i];
-    };
-    if (a == "--checkpoint")
-      checkpoint = value();
-    else if (a == "--out")
-      out = value();
-    else if (a == "--dtype")
-      dtype = parse_model_dtype(value(), "--dtype");
-    else if (a == "--help" || a == "-h") {
-      std::printf("%s", kExportUsage);
-      return 0;
-    } else {
-      VLM_FAIL("unknown option '", a, "' for `vlmtrain export`\n", kExportUsage);
-    }
-  }
-  VLM_CHECK(!checkpoint.empty() && !out.empty(), "export: --checkpoint and --out are required\n",
-            kExportUsage);
+  std::string checkpoint, out, dtype_name_ = "bf16";
+  CLI::App app{"Writes an HF snapshot (config.json, model.safetensors, tokenizer files) that "
+               "transformers loads, from a checkpoint of `vlmtrain train`: a step_N folder "
+               "(checkpoint.format = \"hdf5\", saved by any number of ranks and any layout), a "
+               "checkpoint.output_dir (what its `latest` names), or an HF snapshot "
+               "(checkpoint-step-N, or any HF snapshot of a registered model type).",
+               "vlmtrain export"};
+  show_defaults(app);
+  app.add_option("--checkpoint", checkpoint, "the checkpoint: step_N, output_dir or HF snapshot")
+      ->required();
+  app.add_option("--out", out,
+                 "a new folder or an empty one: export never replaces or deletes anything")
+      ->required();
+  app.add_option("--dtype", dtype_name_, "the snapshot's dtype")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  if (!parse_args(app, args)) return 0;
+  const DType dtype = parse_model_dtype(dtype_name_, "--dtype");
   check_out(out);
   const std::string dir = train::resolve_checkpoint_path(checkpoint, "export: --checkpoint");
   std::shared_ptr<model::CausalLM> m =

@@ -10,40 +10,24 @@
 
 #include "io/text/tokenizer.h"
 #include "src/base/check.h"
+#include "src/cli/args.h"
 
 namespace vlm::cli {
-
-namespace {
-
-const char* kUsage = R"(usage: vlmtrain tokenize --tokenizer PATH [--decode [--skip-special]]
-  Reads JSON lines from stdin and writes one JSON line per input line to stdout:
-    {"text": "..."}  ->  {"ids": [...]}        (encode; special tokens in the text are matched)
-    {"ids": [...]}   ->  {"text": "..."}       (--decode; --skip-special drops special tokens)
-  PATH is a tokenizer.json or a directory holding one (an HF model snapshot).
-)";
-
-} // namespace
 
 int cmd_tokenize(const std::vector<std::string>& args) {
   std::string path;
   bool decode = false, skip_special = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    if (a == "--tokenizer") {
-      VLM_CHECK(i + 1 < args.size(), "option --tokenizer needs a path\n", kUsage);
-      path = args[++i];
-    } else if (a == "--decode") {
-      decode = true;
-    } else if (a == "--skip-special") {
-      skip_special = true;
-    } else if (a == "--help" || a == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    } else {
-      VLM_FAIL("unknown option '", a, "' for `vlmtrain tokenize`\n", kUsage);
-    }
-  }
-  VLM_CHECK(!path.empty(), "`vlmtrain tokenize` needs --tokenizer PATH\n", kUsage);
+  CLI::App app{"Reads JSON lines from stdin and writes one JSON line per input line to stdout: "
+               "{\"text\": \"...\"} -> {\"ids\": [...]} (encode; special tokens in the text are "
+               "matched), or with --decode {\"ids\": [...]} -> {\"text\": \"...\"}.",
+               "vlmtrain tokenize"};
+  show_defaults(app);
+  app.add_option("--tokenizer", path,
+                 "a tokenizer.json or a folder holding one (an HF model snapshot)")
+      ->required();
+  app.add_flag("--decode", decode, "ids to text instead of text to ids");
+  app.add_flag("--skip-special", skip_special, "with --decode: drop special tokens");
+  if (!parse_args(app, args)) return 0;
   VLM_CHECK(decode || !skip_special, "--skip-special applies to --decode only");
   const io::Tokenizer tok = io::Tokenizer::from_file(path);
   std::ios::sync_with_stdio(false);

@@ -24,10 +24,42 @@ void Allocator::record_free(size_t bytes) { current_.fetch_sub(bytes); }
 
 namespace {
 
+// The smallest power of two >= bytes, and at least `min` (a power of two).
+size_t pow2_class(size_t bytes, size_t min) {
+  size_t pow2 = min;
+  while (pow2 < bytes) pow2 <<= 1;
+  return pow2;
+}
+
+// What the two caching host allocators share: freed blocks (Block) kept on a free list per size
+// class under one lock, the cached byte count, and emptying the cache. Host memory: device CPU.
+template <typename Block> class HostBlockCache : public Allocator {
+public:
+  size_t cached_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  Device device() const override { return Device::cpu(); }
+
+protected:
+  // Gives every cached block to release(block) and forgets them all.
+  template <typename Release> void release_cached(Release&& release) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [cls, blocks] : free_)
+      for (const Block& b : blocks) release(b);
+    free_.clear();
+    cached_ = 0;
+  }
+
+  mutable std::mutex mu_;
+  std::unordered_map<size_t, std::vector<Block>> free_; // size class -> cached blocks
+  size_t cached_ = 0;                                   // bytes in free_
+};
+
 // Blocks are rounded up to a size class and kept on a free list per class when released. Classes
 // are powers of two below 1 MiB and multiples of 1/8 of the enclosing power of two above, so at
 // most ~12% is wasted. The cache is bounded; past the bound, freed blocks go back to the system.
-class CpuAllocator final : public Allocator {
+class CpuAllocator final : public HostBlockCache<void*> {
 public:
   ~CpuAllocator() override { empty_cache(); }
 
@@ -67,17 +99,8 @@ public:
   }
 
   void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [cls, blocks] : free_)
-      for (void* p : blocks) std::free(p);
-    free_.clear();
-    cached_ = 0;
+    release_cached([](void* p) { std::free(p); });
   }
-  size_t cached_bytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
-  }
-  Device device() const override { return Device::cpu(); }
 
 private:
 #if defined(__SANITIZE_ADDRESS__)
@@ -87,16 +110,11 @@ private:
 #endif
 
   static size_t size_class(size_t bytes) {
-    size_t pow2 = 64;
-    while (pow2 < bytes) pow2 <<= 1;
+    const size_t pow2 = pow2_class(bytes, 64);
     if (pow2 <= (size_t(1) << 20)) return pow2;
     size_t step = pow2 / 16; // the enclosing power is 2x the previous one: 8 classes per octave
     return (bytes + step - 1) / step * step;
   }
-
-  mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t cached_ = 0;
 };
 
 // cudaMallocAsync / cudaFreeAsync on the given stream under a DeviceGuard, so the block comes from
@@ -128,10 +146,22 @@ private:
   int index_;
 };
 
+// A CUDA event and the device it was created on (an event is recorded on that device's streams
+// only).
+struct BlockEvent {
+  void* handle = nullptr;
+  int device = -1;
+};
+// A cached pinned block and the event recorded when it was last freed.
+struct PinnedBlock {
+  void* ptr;
+  BlockEvent event;
+};
+
 // Blocks of a power-of-two size class, each with the event recorded when it was last freed (on the
 // current stream of the current device, where the copies out of it were queued). Never emptied at
 // exit: when statics are destroyed the CUDA runtime may be unloaded already.
-class PinnedHostAllocator final : public Allocator {
+class PinnedHostAllocator final : public HostBlockCache<PinnedBlock> {
 public:
   void* allocate(size_t bytes, const Stream&) override {
     if (bytes == 0) return nullptr;
@@ -181,40 +211,17 @@ public:
   }
 
   void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [cls, blocks] : free_)
-      for (const Block& b : blocks) {
-        kernels::cuda::event_synchronize(b.event.handle);
-        destroy(b.event);
-        kernels::cuda::host_free_pinned(b.ptr);
-      }
-    free_.clear();
-    cached_ = 0;
+    release_cached([](const PinnedBlock& b) {
+      kernels::cuda::event_synchronize(b.event.handle);
+      destroy(b.event);
+      kernels::cuda::host_free_pinned(b.ptr);
+    });
   }
-  size_t cached_bytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
-  }
-  Device device() const override { return Device::cpu(); }
 
 private:
   static constexpr size_t kMaxCached = size_t(2) << 30;
-  static size_t size_class(size_t bytes) {
-    size_t pow2 = 4096;
-    while (pow2 < bytes) pow2 <<= 1;
-    return pow2;
-  }
+  static size_t size_class(size_t bytes) { return pow2_class(bytes, 4096); }
 
-  // A CUDA event and the device it was created on (an event is recorded on that device's streams
-  // only).
-  struct BlockEvent {
-    void* handle = nullptr;
-    int device = -1;
-  };
-  struct Block {
-    void* ptr;
-    BlockEvent event;
-  };
   static bool done(const BlockEvent& e) {
     DeviceGuard on(Device::cuda(e.device));
     return kernels::cuda::event_done(e.handle);
@@ -223,11 +230,8 @@ private:
     DeviceGuard on(Device::cuda(e.device));
     kernels::cuda::event_destroy(e.handle);
   }
-  mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<Block>> free_;
   std::unordered_map<void*, BlockEvent>
       events_; // blocks in use -> their event (made at first free)
-  size_t cached_ = 0;
 };
 
 } // namespace

@@ -86,27 +86,47 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
   return {};
 }
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                  bool retain_graph) {
-  VLM_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(),
-            " gradients");
-  NoGradGuard no_grad; // backward formulas are not themselves recorded
+namespace {
 
-  // Root gradients, keyed by the node that receives them.
-  struct Buffer {
-    std::vector<Tensor> grads;
-  };
-  std::unordered_map<Node*, Buffer> buffers;
-  std::vector<std::shared_ptr<Node>> root_nodes;
-  auto deposit = [&](const std::shared_ptr<Node>& fn, int slot, const Tensor& g) {
-    auto& buf = buffers[fn.get()].grads;
+using NodePtr = std::shared_ptr<Node>;
+
+// The gradients that the nodes of one backward pass have received so far, one slot per output.
+class GradBuffers {
+public:
+  // Adds g into fn's output slot: the first gradient is kept as it is, later ones are summed.
+  void deposit(const NodePtr& fn, int slot, const Tensor& g) {
+    auto& buf = grads_[fn.get()];
     if (buf.size() < fn->outputs.size()) buf.resize(fn->outputs.size());
     if (!buf[slot].defined())
       buf[slot] = g;
     else
       buf[slot] = add(buf[slot], g);
-  };
+  }
 
+  // The node's gradients, taken out of the buffers (it runs once); an output that no gradient
+  // reached gets zeros, so apply() always sees one defined gradient per output.
+  std::vector<Tensor> take(const Node& node) {
+    auto it = grads_.find(&node);
+    std::vector<Tensor> gin = it != grads_.end() ? std::move(it->second) : std::vector<Tensor>{};
+    if (it != grads_.end()) grads_.erase(it);
+    gin.resize(std::max<size_t>(node.outputs.size(), gin.size()));
+    for (size_t k = 0; k < node.outputs.size(); k++)
+      if (!gin[k].defined()) {
+        auto& m = node.outputs[k];
+        gin[k] = Tensor::zeros(m.shape, m.dtype, m.device);
+      }
+    return gin;
+  }
+
+private:
+  std::unordered_map<const Node*, std::vector<Tensor>> grads_;
+};
+
+// Checks the roots and their gradients (implicit only for a scalar root: 1), deposits each at
+// the node that receives it and returns those nodes, in root order.
+std::vector<NodePtr> seed_roots(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                                GradBuffers& buffers) {
+  std::vector<NodePtr> root_nodes;
   for (size_t i = 0; i < roots.size(); i++) {
     const Tensor& r = roots[i];
     VLM_CHECK(r.requires_grad(), "backward: root ", i, " (", r.desc(),
@@ -120,80 +140,99 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     VLM_CHECK(g.shape() == r.shape(), "backward: gradient ", g.desc(), " does not match root ",
               r.desc());
     Edge e = gradient_edge(r);
-    deposit(e.fn, e.input_nr, g);
+    buffers.deposit(e.fn, e.input_nr, g);
     root_nodes.push_back(e.fn);
   }
+  return root_nodes;
+}
 
-  // Dependency counts: how many edges point at each node among those reachable from the roots.
+// Dependency counts: how many edges point at each node among those reachable from the roots (a
+// node runs once every node that feeds it a gradient has run).
+std::unordered_map<Node*, int> count_dependencies(const std::vector<NodePtr>& root_nodes) {
   std::unordered_map<Node*, int> deps;
-  {
-    std::vector<Node*> stack;
-    std::unordered_map<Node*, bool> seen;
-    for (auto& n : root_nodes)
-      if (!seen[n.get()]) {
-        seen[n.get()] = true;
-        stack.push_back(n.get());
-      }
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      for (auto& e : n->next_edges) {
-        if (!e.fn) continue;
-        deps[e.fn.get()]++;
-        if (!seen[e.fn.get()]) {
-          seen[e.fn.get()] = true;
-          stack.push_back(e.fn.get());
-        }
-      }
+  std::vector<Node*> stack;
+  std::unordered_map<Node*, bool> seen;
+  for (auto& n : root_nodes)
+    if (!seen[n.get()]) {
+      seen[n.get()] = true;
+      stack.push_back(n.get());
     }
-  }
-
-  // Ready nodes run latest-created first, which frees activations in reverse forward order.
-  auto later = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
-    return a->sequence_nr < b->sequence_nr;
-  };
-  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later)>
-      ready(later);
-  {
-    std::unordered_map<Node*, bool> queued;
-    for (auto& n : root_nodes)
-      if (deps[n.get()] == 0 && !queued[n.get()]) {
-        queued[n.get()] = true;
-        ready.push(n);
-      }
-  }
-
-  while (!ready.empty()) {
-    std::shared_ptr<Node> node = ready.top();
-    ready.pop();
-    auto it = buffers.find(node.get());
-    std::vector<Tensor> gin =
-        it != buffers.end() ? std::move(it->second.grads) : std::vector<Tensor>{};
-    if (it != buffers.end()) buffers.erase(it);
-    gin.resize(std::max<size_t>(node->outputs.size(), gin.size()));
-    for (size_t k = 0; k < node->outputs.size(); k++)
-      if (!gin[k].defined()) {
-        auto& m = node->outputs[k];
-        gin[k] = Tensor::zeros(m.shape, m.dtype, m.device);
-      }
-
-    std::vector<Tensor> gout = node->apply(gin);
-    if (!retain_graph) node->release();
-    gin.clear();
-
-    VLM_CHECK(gout.empty() || gout.size() == node->next_edges.size(), node->name(), " returned ",
-              gout.size(), " gradients for ", node->next_edges.size(), " inputs");
-    for (size_t k = 0; k < node->next_edges.size(); k++) {
-      const Edge& e = node->next_edges[k];
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& e : n->next_edges) {
       if (!e.fn) continue;
-      if (k < gout.size() && gout[k].defined()) {
-        const Shape& expected = e.fn->outputs[e.input_nr].shape;
-        VLM_CHECK(gout[k].shape() == expected, node->name(), ": gradient for input ", k, " is ",
-                  gout[k].desc(), " but the input has shape ", shape_str(expected));
-        deposit(e.fn, e.input_nr, gout[k]);
+      deps[e.fn.get()]++;
+      if (!seen[e.fn.get()]) {
+        seen[e.fn.get()] = true;
+        stack.push_back(e.fn.get());
       }
-      if (--deps[e.fn.get()] == 0) ready.push(e.fn);
     }
+  }
+  return deps;
+}
+
+// Ready nodes run latest-created first, which frees activations in reverse forward order.
+struct CreatedEarlier {
+  bool operator()(const NodePtr& a, const NodePtr& b) const {
+    return a->sequence_nr < b->sequence_nr;
+  }
+};
+using ReadyQueue = std::priority_queue<NodePtr, std::vector<NodePtr>, CreatedEarlier>;
+
+// The root nodes that wait for no other node, each queued once.
+ReadyQueue ready_roots(const std::vector<NodePtr>& root_nodes,
+                       std::unordered_map<Node*, int>& deps) {
+  ReadyQueue ready;
+  std::unordered_map<Node*, bool> queued;
+  for (auto& n : root_nodes)
+    if (deps[n.get()] == 0 && !queued[n.get()]) {
+      queued[n.get()] = true;
+      ready.push(n);
+    }
+  return ready;
+}
+
+// Passes the gradients that `node` computed for its inputs (gout; empty: none) along its edges,
+// checking each against the shape the next node expects, and queues every next node whose last
+// dependency this was.
+void propagate(const Node& node, const std::vector<Tensor>& gout, GradBuffers& buffers,
+               std::unordered_map<Node*, int>& deps, ReadyQueue& ready) {
+  VLM_CHECK(gout.empty() || gout.size() == node.next_edges.size(), node.name(), " returned ",
+            gout.size(), " gradients for ", node.next_edges.size(), " inputs");
+  for (size_t k = 0; k < node.next_edges.size(); k++) {
+    const Edge& e = node.next_edges[k];
+    if (!e.fn) continue;
+    if (k < gout.size() && gout[k].defined()) {
+      const Shape& expected = e.fn->outputs[e.input_nr].shape;
+      VLM_CHECK(gout[k].shape() == expected, node.name(), ": gradient for input ", k, " is ",
+                gout[k].desc(), " but the input has shape ", shape_str(expected));
+      buffers.deposit(e.fn, e.input_nr, gout[k]);
+    }
+    if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+  }
+}
+
+} // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph) {
+  VLM_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(),
+            " gradients");
+  NoGradGuard no_grad; // backward formulas are not themselves recorded
+
+  GradBuffers buffers;
+  const std::vector<NodePtr> root_nodes = seed_roots(roots, grads, buffers);
+  std::unordered_map<Node*, int> deps = count_dependencies(root_nodes);
+  ReadyQueue ready = ready_roots(root_nodes, deps);
+  while (!ready.empty()) {
+    NodePtr node = ready.top();
+    ready.pop();
+    std::vector<Tensor> gin = buffers.take(*node);
+    std::vector<Tensor> gout = node->apply(gin);
+    if (!retain_graph) node->release(); // frees what the node saved for backward
+    gin.clear();
+    propagate(*node, gout, buffers, deps, ready);
   }
 }
 

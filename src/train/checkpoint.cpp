@@ -29,7 +29,7 @@ namespace {
 void check_hdf5_build() {
   VLM_CHECK(io::hdf5_state_available(),
             "checkpoint.format = \"hdf5\": this build has no parallel HDF5 (it needs MPI and "
-            "libhdf5-openmpi-dev; tools/install_deps.sh installs them)");
+            "libhdf5-openmpi-dev; tools/deps/install_deps.sh installs them)");
   // MPI under a launcher (MPI-IO); a process without one writes through HDF5's POSIX driver.
   parallel::mpi_world();
 }

@@ -23,10 +23,13 @@
 #include "model/model_spec.h"
 #include "src/base/logging.h"
 #include "src/core/device.h"
+#include "src/train/config_keys.h"
 
 namespace vlm::train {
 
 namespace {
+
+using namespace detail;
 
 // "" or why `text` is not a device name (validation reports it against the key).
 std::string device_error(const std::string& text) {
@@ -38,178 +41,11 @@ std::string device_error(const std::string& text) {
   }
 }
 
-// --- enums: canonical names (first) and aliases --------------------------------------------------
-
-std::span<const EnumName<AcMode>> enum_names(AcMode*) { return parallel::ac_mode_names(); }
-std::span<const EnumName<NanPolicy>> enum_names(NanPolicy*) {
-  static constexpr EnumName<NanPolicy> t[] = {{"abort", NanPolicy::abort},
-                                              {"skip", NanPolicy::skip}};
-  return t;
-}
-std::span<const EnumName<CheckpointFormat>> enum_names(CheckpointFormat*) {
-  static constexpr EnumName<CheckpointFormat> t[] = {{"safetensors", CheckpointFormat::safetensors},
-                                                     {"hdf5", CheckpointFormat::hdf5}};
-  return t;
-}
-std::span<const EnumName<HfSnapshot>> enum_names(HfSnapshot*) {
-  static constexpr EnumName<HfSnapshot> t[] = {{"final", HfSnapshot::final},
-                                               {"every_save", HfSnapshot::every_save},
-                                               {"never", HfSnapshot::never}};
-  return t;
-}
-std::span<const EnumName<DataParallel>> enum_names(DataParallel*) {
-  static constexpr EnumName<DataParallel> t[] = {{"ddp", DataParallel::ddp},
-                                                 {"fsdp", DataParallel::fsdp}};
-  return t;
-}
-std::span<const EnumName<GradReduce>> enum_names(GradReduce*) {
-  static constexpr EnumName<GradReduce> t[] = {{"auto", GradReduce::automatic},
-                                               {"every_micro_step", GradReduce::every_micro_step},
-                                               {"last_micro_step", GradReduce::last_micro_step}};
-  return t;
-}
-std::span<const EnumName<optim::ScheduleType>> enum_names(optim::ScheduleType*) {
-  using S = optim::ScheduleType;
-  static constexpr EnumName<S> t[] = {
-      {"constant", S::constant}, {"linear", S::linear}, {"cosine", S::cosine}, {"wsd", S::wsd}};
-  return t;
-}
-std::span<const EnumName<optim::WsdDecay>> enum_names(optim::WsdDecay*) {
-  static constexpr EnumName<optim::WsdDecay> t[] = {{"linear", optim::WsdDecay::linear},
-                                                    {"cosine", optim::WsdDecay::cosine}};
-  return t;
-}
-std::span<const EnumName<io::OverlongPolicy>> enum_names(io::OverlongPolicy*) {
-  static constexpr EnumName<io::OverlongPolicy> t[] = {{"truncate", io::OverlongPolicy::truncate},
-                                                       {"drop", io::OverlongPolicy::drop}};
-  return t;
-}
-std::span<const EnumName<DType>> enum_names(DType*) { return model_dtype_names(); }
-
-template <class E> const char* name_of(E v) {
-  return enum_name(enum_names(static_cast<E*>(nullptr)), v);
-}
-
 std::string lower(std::string_view s) {
   std::string r(s);
   std::transform(r.begin(), r.end(), r.begin(),
                  [](unsigned char c) { return char(std::tolower(c)); });
   return r;
-}
-
-// --- the key table -------------------------------------------------------------------------------
-
-using Value = std::variant<bool, int64_t, double, std::string>;
-enum class Kind { boolean, integer, floating, string, choice };
-
-struct Field {
-  std::string section, key, help;
-  Kind kind = Kind::string;
-  std::vector<std::string> choices;                         // choice: canonical names
-  std::vector<std::pair<std::string, std::string>> aliases; // choice: alias -> canonical
-  std::function<Value()> get;
-  // Sets the member from a value of the kind's type (a string for choices); returns "" or what is
-  // wrong with the value.
-  std::function<std::string(const Value&)> set;
-  std::string full() const { return section + "." + key; }
-};
-
-// A field holding a plain value of type V of TOML kind `kind`; doubles must be finite.
-template <class V>
-void bind_value(std::vector<Field>& out, const char* s, const char* k, V& v, const char* help,
-                Kind kind) {
-  out.push_back({s,
-                 k,
-                 help,
-                 kind,
-                 {},
-                 {},
-                 [&v] { return Value(v); },
-                 [&v](const Value& x) {
-                   const V value = std::get<V>(x);
-                   if constexpr (std::is_same_v<V, double>)
-                     if (!std::isfinite(value)) return std::string("must be a finite number");
-                   v = value;
-                   return std::string();
-                 }});
-}
-void bind(std::vector<Field>& out, const char* s, const char* k, bool& v, const char* help) {
-  bind_value(out, s, k, v, help, Kind::boolean);
-}
-void bind(std::vector<Field>& out, const char* s, const char* k, int64_t& v, const char* help) {
-  bind_value(out, s, k, v, help, Kind::integer);
-}
-void bind(std::vector<Field>& out, const char* s, const char* k, double& v, const char* help) {
-  bind_value(out, s, k, v, help, Kind::floating);
-}
-void bind(std::vector<Field>& out, const char* s, const char* k, std::string& v, const char* help) {
-  bind_value(out, s, k, v, help, Kind::string);
-}
-template <class E>
-void bind(std::vector<Field>& out, const char* s, const char* k, E& v, const char* help) {
-  Field f{s, k, help, Kind::choice, {}, {}, {}, {}};
-  for (const auto& e : enum_names(static_cast<E*>(nullptr))) {
-    if (e.alias)
-      f.aliases.emplace_back(e.name, name_of(e.value));
-    else
-      f.choices.emplace_back(e.name);
-  }
-  f.get = [&v] {
-    const char* n = name_of(v);
-    return Value(std::string(n ? n : "?"));
-  };
-  f.set = [&v, choices = f.choices, aliases = f.aliases](const Value& x) {
-    if (const auto* e = find_enum(enum_names(static_cast<E*>(nullptr)), std::get<std::string>(x))) {
-      v = e->value;
-      return std::string();
-    }
-    std::string msg = "is not one of ";
-    for (size_t i = 0; i < choices.size(); i++) msg += (i ? ", " : "") + choices[i];
-    for (const auto& [alias, canonical] : aliases) msg += " (" + alias + " = " + canonical + ")";
-    return msg;
-  };
-  out.push_back(std::move(f));
-}
-
-constexpr const char* kSections[] = {"model",    "training",   "data",
-                                     "parallel", "checkpoint", "logging"};
-
-// The fields of `c`, in table order; the closures refer to c's members.
-std::vector<Field> fields_of(TrainConfig& c) {
-  std::vector<Field> out;
-#define VLM_BIND(type, name, value, help) bind(out, section, #name, obj->name, help);
-  {
-    const char* section = "model";
-    auto* obj = &c.model;
-    VLM_TRAIN_CONFIG_MODEL(VLM_BIND)
-  }
-  {
-    const char* section = "training";
-    auto* obj = &c.training;
-    VLM_TRAIN_CONFIG_TRAINING(VLM_BIND)
-  }
-  {
-    const char* section = "data";
-    auto* obj = &c.data;
-    VLM_TRAIN_CONFIG_DATA(VLM_BIND)
-  }
-  {
-    const char* section = "parallel";
-    auto* obj = &c.parallel;
-    VLM_TRAIN_CONFIG_PARALLEL(VLM_BIND)
-  }
-  {
-    const char* section = "checkpoint";
-    auto* obj = &c.checkpoint;
-    VLM_TRAIN_CONFIG_CHECKPOINT(VLM_BIND)
-  }
-  {
-    const char* section = "logging";
-    auto* obj = &c.logging;
-    VLM_TRAIN_CONFIG_LOGGING(VLM_BIND)
-  }
-#undef VLM_BIND
-  return out;
 }
 
 // Reference spellings of our keys: the value converted, then set on the target key.
@@ -258,48 +94,6 @@ const Ignored kIgnored[] = {
 };
 constexpr const char* kWandbWhy =
     "[wandb] is ignored: vlmtrain writes its metrics to logging.metrics_file (metrics.jsonl)";
-
-// --- values as text --------------------------------------------------------------------------
-
-std::string toml_string(std::string_view s) {
-  std::string r = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-    case '"': r += "\\\""; break;
-    case '\\': r += "\\\\"; break;
-    case '\n': r += "\\n"; break;
-    case '\t': r += "\\t"; break;
-    case '\r': r += "\\r"; break;
-    default:
-      if (c < 0x20 || c == 0x7f) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        r += buf;
-      } else {
-        r += char(c);
-      }
-    }
-  }
-  return r + "\"";
-}
-
-// Shortest text that reads back as the same double, always with a '.' or an exponent (TOML).
-std::string float_text(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::general);
-  std::string s(buf, end);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string value_text(const Value& v) {
-  if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
-  if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
-  if (auto* d = std::get_if<double>(&v)) return float_text(*d);
-  return toml_string(std::get<std::string>(v));
-}
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -662,6 +456,24 @@ public:
   }
 
   void run() const {
+    check_bounds();
+    check_rules();
+  }
+
+private:
+  // Every numeric key within its bounds (the key table), in table order.
+  void check_bounds() const {
+    for (const Field& f : fields_) {
+      if (f.kind != Kind::integer && f.kind != Kind::floating) continue;
+      const Value v = f.get();
+      const double x = f.kind == Kind::integer ? double(std::get<int64_t>(v)) : std::get<double>(v);
+      check(std::isfinite(x) && x >= f.bounds.min && x <= f.bounds.max, f.full(),
+            "must be " + bounds_text(f));
+    }
+  }
+
+  // The rules a key's bounds cannot say: exclusive bounds, names, and keys read together.
+  void check_rules() const {
     const TrainConfig& c = config_;
     // [model]
     const auto& m = c.model;
@@ -678,13 +490,8 @@ public:
           "and train_mlp, train_vit are all false: nothing to train");
     // [training]
     const auto& t = c.training;
-    check(t.seed >= 0, "training.seed", "must be >= 0");
-    check(t.total_steps >= 1, "training.total_steps", "must be >= 1");
-    check(t.warmup_steps >= 0, "training.warmup_steps", "must be >= 0");
     check(t.warmup_steps <= t.total_steps, "training.warmup_steps",
           "must be <= training.total_steps = " + std::to_string(t.total_steps));
-    check(unit(t.min_lr_ratio), "training.min_lr_ratio", "must be in [0, 1]");
-    check(unit(t.wsd_decay_ratio), "training.wsd_decay_ratio", "must be in [0, 1]");
     if (t.scheduler_type == optim::ScheduleType::wsd) {
       const auto decay = int64_t(std::floor(t.wsd_decay_ratio * double(t.total_steps)));
       check(t.warmup_steps + decay <= t.total_steps, "training.wsd_decay_ratio",
@@ -692,94 +499,47 @@ public:
                 " decay steps, which with warmup_steps = " + std::to_string(t.warmup_steps) +
                 " exceed total_steps = " + std::to_string(t.total_steps));
     }
-    check(nonneg(t.lr_llm), "training.lr_llm", "must be >= 0");
-    check(nonneg(t.lr_mlp), "training.lr_mlp", "must be >= 0");
-    check(nonneg(t.lr_vit), "training.lr_vit", "must be >= 0");
-    check(nonneg(t.weight_decay), "training.weight_decay", "must be >= 0");
     check(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "training.adam_beta1", "must be in [0, 1)");
     check(t.adam_beta2 >= 0 && t.adam_beta2 < 1, "training.adam_beta2", "must be in [0, 1)");
     check(std::isfinite(t.adam_eps) && t.adam_eps > 0, "training.adam_eps", "must be > 0");
-    check(nonneg(t.max_grad_norm), "training.max_grad_norm", "must be >= 0 (0 = no clipping)");
     check(accumulation_error(t.tpi_multiplier, nullptr).empty(), "training.tpi_multiplier",
           accumulation_error(t.tpi_multiplier, nullptr));
-    check(t.micro_batch_rows >= 1 && t.micro_batch_rows <= kMaxMicroBatchRows,
-          "training.micro_batch_rows",
-          "must be in [1, " + std::to_string(kMaxMicroBatchRows) + "]");
-    check(t.loss_vocab_chunk >= 0, "training.loss_vocab_chunk", "must be >= 0 (0 = unchunked)");
     check(device_error(t.device).empty(), "training.device", device_error(t.device));
     check(t.param_dtype == DType::f32 || t.param_dtype == DType::bf16, "training.param_dtype",
           "must be bf16 or f32");
     check(t.grad_dtype == DType::f32 || t.grad_dtype == DType::bf16, "training.grad_dtype",
           "must be f32 or bf16");
-    check(t.eval_steps >= 0, "training.eval_steps", "must be >= 0 (0 = no evaluation)");
-    check(t.eval_batches >= 0, "training.eval_batches", "must be >= 0 (0 = the whole split)");
-    check(t.caption_eval_images >= 0, "training.caption_eval_images", "must be >= 0 (0 = off)");
-    check(t.max_skipped_steps >= 0, "training.max_skipped_steps", "must be >= 0");
     // [data]
     const auto& d = c.data;
     check(!d.data_path.empty(), "data.data_path", "is empty: set the dataset folder");
     check(!d.train_split.empty(), "data.train_split", "must not be empty");
     check(t.eval_steps == 0 || !d.val_split.empty(), "data.val_split",
           "must not be empty when training.eval_steps > 0");
-    check(d.seq_len >= 2 && d.seq_len <= io::kMaxSeqLen, "data.seq_len",
-          "must be in [2, " + std::to_string(io::kMaxSeqLen) + "]");
     check(t.micro_batch_rows * d.seq_len <= std::numeric_limits<int32_t>::max(),
           "training.micro_batch_rows",
           "x data.seq_len = " + std::to_string(d.seq_len) +
               " tokens per micro-batch must be < 2^31 (cu_seqlens are int32)");
-    check(d.packing_buffer_size >= 1 && d.packing_buffer_size <= io::kMaxPackingBufferSize,
-          "data.packing_buffer_size",
-          "must be in [1, " + std::to_string(io::kMaxPackingBufferSize) + "]");
-    check(d.shuffle_buffer_size >= 0 && d.shuffle_buffer_size <= io::kMaxShuffleBufferSize,
-          "data.shuffle_buffer_size",
-          "must be in [0, " + std::to_string(io::kMaxShuffleBufferSize) + "]");
-    check(d.max_samples_per_sequence >= 0, "data.max_samples_per_sequence", "must be >= 0");
-    check(d.num_workers >= 1 && d.num_workers <= io::kMaxNumWorkers, "data.num_workers",
-          "must be in [1, " + std::to_string(io::kMaxNumWorkers) + "]");
-    check(d.epochs >= 0, "data.epochs", "must be >= 0 (0 = repeat forever)");
-    check(unit(d.max_skip_fraction), "data.max_skip_fraction", "must be in [0, 1]");
-    check(d.min_pixels >= 1, "data.min_pixels", "must be >= 1");
     check(d.max_pixels >= d.min_pixels, "data.max_pixels",
           "must be >= data.min_pixels = " + std::to_string(d.min_pixels));
-    check(d.max_pixels <= io::kMaxDecodePixels, "data.max_pixels",
-          "must be <= " + std::to_string(io::kMaxDecodePixels) + " (the image decode limit)");
     // [parallel]
     const auto& par = c.parallel;
-    const std::string most = std::to_string(kMaxMeshRanks);
-    check(par.tp_size >= 1 && par.tp_size <= kMaxMeshRanks, "parallel.tp_size",
-          "must be in [1, " + most + "]");
-    check(par.dp_replicate >= 0 && par.dp_replicate <= kMaxMeshRanks, "parallel.dp_replicate",
-          "must be in [0, " + most + "] (0 = the ranks left)");
-    check(par.dp_shard >= 0 && par.dp_shard <= kMaxMeshRanks, "parallel.dp_shard",
-          "must be in [0, " + most + "] (0 = the ranks left)");
     check(par.data_parallel == DataParallel::fsdp || par.dp_shard <= 1, "parallel.dp_shard",
           "must be 0 or 1 with parallel.data_parallel = \"ddp\" (ddp keeps the whole model on "
           "every rank; set data_parallel = \"fsdp\" to shard it)");
-    check(nonneg(par.collective_timeout_s), "parallel.collective_timeout_s",
-          "must be >= 0 (0 = never)");
     // [checkpoint]
     check(!c.checkpoint.output_dir.empty(), "checkpoint.output_dir", "must not be empty");
-    check(c.checkpoint.save_steps >= 0, "checkpoint.save_steps",
-          "must be >= 0 (0 = only the final checkpoint)");
-    check(c.checkpoint.keep_last >= 0, "checkpoint.keep_last", "must be >= 0 (0 = keep all)");
     check(c.checkpoint.resume.empty() || c.checkpoint.format == CheckpointFormat::hdf5,
           "checkpoint.resume",
           "needs checkpoint.format = \"hdf5\" (HF snapshots hold no optimizer or data state)");
     // [logging]
-    check(c.logging.log_every >= 1, "logging.log_every", "must be >= 1");
     check(!c.logging.metrics_file.empty(), "logging.metrics_file",
           "must not be empty (resolve_defaults sets output_dir/metrics.jsonl)");
-    check(nonneg(c.logging.peak_tflops), "logging.peak_tflops", "must be >= 0 (0 = built-in)");
   }
 
-private:
   TrainConfig config_; // a copy: fields_ refer to it
   std::vector<Field> fields_;
   std::string source_;
   const std::map<std::string, std::string>* origin_;
-
-  static bool unit(double x) { return x >= 0 && x <= 1; }
-  static bool nonneg(double x) { return std::isfinite(x) && x >= 0; }
 };
 
 TrainConfig finish(Builder& b, std::string_view source_name) {
@@ -788,28 +548,7 @@ TrainConfig finish(Builder& b, std::string_view source_name) {
   return b.config;
 }
 
-std::string type_text(const Field& f) {
-  switch (f.kind) {
-  case Kind::boolean: return "bool";
-  case Kind::integer: return "int";
-  case Kind::floating: return "float";
-  case Kind::string: return "string";
-  case Kind::choice: {
-    std::string s;
-    for (size_t i = 0; i < f.choices.size(); i++) s += (i ? " | " : "") + f.choices[i];
-    return s;
-  }
-  }
-  return "?";
-}
-
 } // namespace
-
-const char* nan_policy_name(NanPolicy p) { return name_of(p); }
-const char* checkpoint_format_name(CheckpointFormat f) { return name_of(f); }
-const char* hf_snapshot_name(HfSnapshot h) { return name_of(h); }
-const char* data_parallel_name(DataParallel d) { return name_of(d); }
-const char* grad_reduce_name(GradReduce g) { return name_of(g); }
 
 TrainConfig parse_train_config(std::string_view toml_text, std::string_view source_name,
                                const std::vector<std::string>& overrides,
@@ -850,56 +589,6 @@ void resolve_defaults(TrainConfig& c) {
 
 void validate_train_config(const TrainConfig& config, std::string_view source_name) {
   Validator(config, std::string(source_name), nullptr).run();
-}
-
-std::string to_toml(const TrainConfig& config) {
-  TrainConfig c = config;
-  const std::vector<Field> fields = fields_of(c);
-  std::string out = "# vlmtrain training config: every key (configs/README.md describes them)\n";
-  std::string section;
-  for (const Field& f : fields) {
-    if (f.section != section) {
-      section = f.section;
-      out += "\n[" + section + "]\n";
-    }
-    out += "# " + f.help + "\n" + f.key + " = " + value_text(f.get()) + "\n";
-  }
-  return out;
-}
-
-nlohmann::json to_json(const TrainConfig& config) {
-  TrainConfig c = config;
-  nlohmann::json j = nlohmann::json::object();
-  for (const Field& f : fields_of(c))
-    std::visit([&](const auto& v) { j[f.section][f.key] = v; }, f.get());
-  return j;
-}
-
-std::vector<ConfigKeyInfo> train_config_keys() {
-  TrainConfig c;
-  std::vector<ConfigKeyInfo> out;
-  for (const Field& f : fields_of(c))
-    out.push_back({f.section, f.key, type_text(f), value_text(f.get()), f.help});
-  return out;
-}
-
-std::string train_config_keys_markdown() {
-  auto cell = [](const std::string& s) {
-    std::string r;
-    for (char ch : s) r += ch == '|' ? std::string("\\|") : std::string(1, ch);
-    return r;
-  };
-  std::string out, section;
-  for (const ConfigKeyInfo& k : train_config_keys()) {
-    if (k.section != section) {
-      section = k.section;
-      out += (out.empty() ? "" : "\n") + std::string("### [") + section + "]\n\n" +
-             "| key | type | default | meaning |\n|---|---|---|---|\n";
-    }
-    out += "| `" + k.key + "` | " + cell(k.type) + " | `" + cell(k.default_value) + "` | " +
-           cell(k.help) + " |\n";
-  }
-  return out;
 }
 
 std::vector<int> accumulation_pattern(double tpi) {

@@ -3,9 +3,9 @@
 // reference trainer's keys keep their names and meanings (docs/reference-trainer.md §2) with its
 // bugs fixed (§9: max_grad_norm is applied, eps is used, LR groups are honoured, ...).
 //
-// Every key is one line of the tables below: X(type, name, default, help). That line is the
-// key's documentation, its help text (train_config_keys(), configs/README.md) and its member
-// in the section struct, so they cannot drift apart.
+// Every key is one line of the tables below: X(type, name, default, bounds, help). That line is
+// the key's documentation, its help text (train_config_keys(), configs/README.md), its valid
+// range and its member in the section struct, so they cannot drift apart.
 //
 // Parsing (parse_train_config / load_train_config):
 //   1. the file, section by section; every key is type-checked (ints for integer keys, ints or
@@ -36,12 +36,15 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "io/image/decode.h"
+#include "io/loader/loader.h"
 #include "io/loader/packing.h"
 #include "parallel/activation_checkpointing.h"
 #include "src/base/dtype.h"
@@ -74,6 +77,15 @@ constexpr int64_t kMaxMicroBatchRows = 4096;
 // any machine has, and small enough that their product cannot overflow.
 constexpr int64_t kMaxMeshRanks = int64_t(1) << 20;
 
+// The valid values of a numeric key, [min, max] (ints compared exactly up to 2^53).
+struct KeyBounds {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+};
+constexpr KeyBounds any() { return {}; }
+constexpr KeyBounds at_least(double min) { return {min, std::numeric_limits<double>::infinity()}; }
+constexpr KeyBounds within(double min, double max) { return {min, max}; }
+
 const char* nan_policy_name(NanPolicy p);
 const char* checkpoint_format_name(CheckpointFormat f);
 const char* hf_snapshot_name(HfSnapshot h);
@@ -81,137 +93,147 @@ const char* data_parallel_name(DataParallel d);
 const char* grad_reduce_name(GradReduce g);
 
 // clang-format off
-// X(type, name, default, help)
+// X(type, name, default, bounds, help): bounds are the valid values of a numeric key, checked by
+// validate_train_config and shown in its table: any(), at_least(lo) or within(lo, hi).
 #define VLM_TRAIN_CONFIG_MODEL(X)                                                                  \
-  X(std::string, model_name, "",                                                                   \
+  X(std::string, model_name, "", any(),                                                            \
     "HF model id or run label, for logs and metrics (the architecture comes from config.json)")    \
-  X(std::string, model_dir, "",                                                                    \
+  X(std::string, model_dir, "", any(),                                                             \
     "HF snapshot folder (config.json, *.safetensors, tokenizer); set this or preset")              \
-  X(std::string, preset, "",                                                                       \
+  X(std::string, preset, "", any(),                                                                \
     "built-in model instead of model_dir (`vlmtrain models` lists them; \"tiny\": qwen-models.md T1)")\
-  X(std::string, tokenizer, "", "tokenizer.json or the folder holding it; \"\" = model_dir")       \
-  X(bool, train_llm, true,                                                                         \
+  X(std::string, tokenizer, "", any(), "tokenizer.json or the folder holding it; \"\" = model_dir")\
+  X(bool, train_llm, true, any(),                                                                  \
     "train the language model: embeddings, decoder layers, final norm, untied lm_head")            \
-  X(bool, train_mlp, true,                                                                         \
+  X(bool, train_mlp, true, any(),                                                                  \
     "train the vision-language merger (VLMs; deepstack mergers too)")                              \
-  X(bool, train_vit, false, "train the vision tower (VLMs)")
+  X(bool, train_vit, false, any(), "train the vision tower (VLMs)")
 
 #define VLM_TRAIN_CONFIG_TRAINING(X)                                                               \
-  X(int64_t, seed, 42, "seed of the random init and the data order; the same on every rank")       \
-  X(std::string, device, "cpu",                                                                    \
+  X(int64_t, seed, 42, at_least(0),                                                                \
+    "seed of the random init and the data order; the same on every rank")                          \
+  X(std::string, device, "cpu", any(),                                                             \
     "where the model trains: cpu, cuda (= cuda:0) or cuda:N")                                      \
-  X(int64_t, total_steps, 1000,                                                                    \
+  X(int64_t, total_steps, 1000, at_least(1),                                                       \
     "optimizer steps to train; also the LR schedule length; a final checkpoint is saved")          \
-  X(int64_t, warmup_steps, 50,                                                                     \
+  X(int64_t, warmup_steps, 50, at_least(0),                                                        \
     "linear warmup steps, <= total_steps; the first step uses lr/warmup_steps, not 0")             \
-  X(optim::ScheduleType, scheduler_type, optim::ScheduleType::wsd,                                 \
+  X(optim::ScheduleType, scheduler_type, optim::ScheduleType::wsd, any(),                          \
     "LR shape after warmup (lr_schedule.h)")                                                       \
-  X(double, min_lr_ratio, 0.1,                                                                     \
-    "final LR as a fraction of the peak, in [0, 1] (linear, cosine, wsd)")                         \
-  X(double, wsd_decay_ratio, 0.1, "wsd: fraction of total_steps in the final decay, in [0, 1]")    \
-  X(optim::WsdDecay, wsd_decay, optim::WsdDecay::linear,                                           \
+  X(double, min_lr_ratio, 0.1, within(0, 1),                                                       \
+    "final LR as a fraction of the peak (linear, cosine, wsd)")                                    \
+  X(double, wsd_decay_ratio, 0.1, within(0, 1),                                                    \
+    "wsd: fraction of total_steps in the final decay")                                             \
+  X(optim::WsdDecay, wsd_decay, optim::WsdDecay::linear, any(),                                    \
     "wsd: shape of the final decay (the reference used cosine)")                                   \
-  X(double, lr_llm, 2e-6, "peak LR of the language model (untied lm_head included)")               \
-  X(double, lr_mlp, 1e-5, "peak LR of the vision-language merger")                                 \
-  X(double, lr_vit, 1e-6, "peak LR of the vision tower")                                           \
-  X(double, weight_decay, 0.01, "AdamW decoupled weight decay")                                    \
-  X(bool, decay_norms, false, "apply weight decay to norm weights too")                            \
-  X(bool, decay_biases, false, "apply weight decay to biases too")                                 \
-  X(bool, decay_embeddings, false,                                                                 \
+  X(double, lr_llm, 2e-6, at_least(0), "peak LR of the language model (untied lm_head included)")  \
+  X(double, lr_mlp, 1e-5, at_least(0), "peak LR of the vision-language merger")                    \
+  X(double, lr_vit, 1e-6, at_least(0), "peak LR of the vision tower")                              \
+  X(double, weight_decay, 0.01, at_least(0), "AdamW decoupled weight decay")                       \
+  X(bool, decay_norms, false, any(), "apply weight decay to norm weights too")                     \
+  X(bool, decay_biases, false, any(), "apply weight decay to biases too")                          \
+  X(bool, decay_embeddings, false, any(),                                                          \
     "apply weight decay to token embeddings (and a tied lm_head) too")                             \
-  X(double, adam_beta1, 0.9, "AdamW beta1, in [0, 1)")                                             \
-  X(double, adam_beta2, 0.999, "AdamW beta2, in [0, 1)")                                           \
-  X(double, adam_eps, 1e-8, "AdamW epsilon, > 0 (reference spelling: eps)")                        \
-  X(double, max_grad_norm, 1.0,                                                                    \
+  X(double, adam_beta1, 0.9, any(), "AdamW beta1, in [0, 1)")                                      \
+  X(double, adam_beta2, 0.999, any(), "AdamW beta2, in [0, 1)")                                    \
+  X(double, adam_eps, 1e-8, any(), "AdamW epsilon, > 0 (reference spelling: eps)")                 \
+  X(double, max_grad_norm, 1.0, at_least(0),                                                       \
     "clip the global gradient norm to this; 0 = no clipping (the norm is logged either way)")      \
-  X(double, tpi_multiplier, 1.0,                                                                   \
+  X(double, tpi_multiplier, 1.0, any(),                                                            \
     "gradient accumulation: mean micro-steps per optimizer step, >= 1 (1.5 = 1,2,1,2,...)")        \
-  X(int64_t, micro_batch_rows, 1, "packed rows of data.seq_len tokens per micro-step")             \
-  X(DType, param_dtype, DType::bf16,                                                               \
+  X(int64_t, micro_batch_rows, 1, within(1, kMaxMicroBatchRows),                                   \
+    "packed rows of data.seq_len tokens per micro-step")                                           \
+  X(DType, param_dtype, DType::bf16, any(),                                                        \
     "parameter and compute dtype (reference: bfloat16); master weights, AdamW states: f32")        \
-  X(DType, grad_dtype, DType::f32,                                                                 \
+  X(DType, grad_dtype, DType::f32, any(),                                                          \
     "dtype gradients of bf16 parameters accumulate in (f32 as PyTorch AMP, or bf16)")              \
-  X(AcMode, ac_mode, AcMode::off,                                                                  \
-    "activation checkpointing per block (decoder layer); selective keeps matmul outputs (= sac)")          \
-  X(int64_t, loss_vocab_chunk, 0,                                                                  \
+  X(AcMode, ac_mode, AcMode::off, any(),                                                           \
+    "activation checkpointing per block (decoder layer); selective keeps matmul outputs (= sac)")  \
+  X(int64_t, loss_vocab_chunk, 0, at_least(0),                                                     \
     "0: LM head logits then the loss; N: head + loss fused over N-row vocab chunks (less memory)") \
-  X(bool, random_init, false,                                                                      \
+  X(bool, random_init, false, any(),                                                               \
     "start from the HF random init, not the weights in model_dir (always true with a preset)")     \
-  X(int64_t, eval_steps, 0,                                                                        \
+  X(int64_t, eval_steps, 0, at_least(0),                                                           \
     "eval loss and perplexity on data.val_split every N steps and at the end; 0 = never")          \
-  X(int64_t, eval_batches, 20, "micro-batches per evaluation; 0 = the whole val split")            \
-  X(int64_t, caption_eval_images, 0,                                                               \
+  X(int64_t, eval_batches, 20, at_least(0),                                                        \
+    "micro-batches per evaluation; 0 = the whole val split")                                       \
+  X(int64_t, caption_eval_images, 0, at_least(0),                                                  \
     "VLMs on the demo dataset: caption accuracy on N held-out images of data.val_split at the end")\
-  X(NanPolicy, nan_policy, NanPolicy::abort,                                                       \
+  X(NanPolicy, nan_policy, NanPolicy::abort, any(),                                                \
     "non-finite loss or grad norm: abort naming the step and tensor, or skip the update")          \
-  X(int64_t, max_skipped_steps, 10,                                                                \
+  X(int64_t, max_skipped_steps, 10, at_least(0),                                                   \
     "nan_policy = skip: abort once more than this many updates were skipped")
 
 #define VLM_TRAIN_CONFIG_DATA(X)                                                                   \
-  X(std::string, data_path, "", "Energon dataset folder or metadataset .yaml (required)")          \
-  X(std::string, train_split, "train", "split to train on")                                        \
-  X(std::string, val_split, "val", "split to evaluate on (training.eval_steps)")                   \
-  X(int64_t, seq_len, 4096, "tokens per packed row, >= 2")                                         \
-  X(int64_t, packing_buffer_size, 1000, "samples the online packer holds to choose each row from") \
-  X(std::string, packing_plan, "",                                                                 \
+  X(std::string, data_path, "", any(), "Energon dataset folder or metadataset .yaml (required)")   \
+  X(std::string, train_split, "train", any(), "split to train on")                                 \
+  X(std::string, val_split, "val", any(), "split to evaluate on (training.eval_steps)")            \
+  X(int64_t, seq_len, 4096, within(2, io::kMaxSeqLen), "tokens per packed row")                    \
+  X(int64_t, packing_buffer_size, 1000, within(1, io::kMaxPackingBufferSize),                      \
+    "samples the online packer holds to choose each row from")                                     \
+  X(std::string, packing_plan, "", any(),                                                          \
     "offline packing plan from `vlmtrain data pack`; \"\" = online packing")                       \
-  X(io::OverlongPolicy, overlong_policy, io::OverlongPolicy::truncate,                             \
+  X(io::OverlongPolicy, overlong_policy, io::OverlongPolicy::truncate, any(),                      \
     "samples longer than seq_len: truncate (never inside an image) or drop")                       \
-  X(int64_t, shuffle_buffer_size, 100,                                                             \
+  X(int64_t, shuffle_buffer_size, 100, within(0, io::kMaxShuffleBufferSize),                       \
     "samples in the shuffle buffer of each reader; 0 = no shuffle buffer")                         \
-  X(int64_t, max_samples_per_sequence, 100,                                                        \
+  X(int64_t, max_samples_per_sequence, 100, at_least(0),                                           \
     "consecutive samples read from one shard slice before switching; 0 = whole slices")            \
-  X(int64_t, num_workers, 2,                                                                       \
+  X(int64_t, num_workers, 2, within(1, io::kMaxNumWorkers),                                        \
     "reader threads per rank (part of the data partition: changing it changes the order)")         \
-  X(int64_t, epochs, 0,                                                                            \
+  X(int64_t, epochs, 0, at_least(0),                                                               \
     "passes over train_split; 0 = repeat forever (training ends at total_steps)")                  \
-  X(double, max_skip_fraction, 0.01,                                                               \
-    "stop when more of the samples read than this were skipped as bad (of at least 100), in [0, 1]")\
-  X(int64_t, min_pixels, 65536, "images are resized to at least this many pixels")                 \
-  X(int64_t, max_pixels, 16777216, "images are resized to at most this many pixels")
+  X(double, max_skip_fraction, 0.01, within(0, 1),                                                 \
+    "stop when more of the samples read than this were skipped as bad (of at least 100)")          \
+  X(int64_t, min_pixels, 65536, at_least(1), "images are resized to at least this many pixels")    \
+  X(int64_t, max_pixels, 16777216, within(1, io::kMaxDecodePixels),                                \
+    "images are resized to at most this many pixels")
 
 #define VLM_TRAIN_CONFIG_PARALLEL(X)                                                               \
-  X(int64_t, tp_size, 1, "tensor-parallel degree; must divide the number of ranks")                \
-  X(DataParallel, data_parallel, DataParallel::ddp,                                                \
+  X(int64_t, tp_size, 1, within(1, kMaxMeshRanks),                                                 \
+    "tensor-parallel degree; must divide the number of ranks")                                     \
+  X(DataParallel, data_parallel, DataParallel::ddp, any(),                                         \
     "data parallelism over the remaining ranks: replicated (ddp) or sharded (fsdp)")               \
-  X(int64_t, dp_replicate, 0,                                                                      \
+  X(int64_t, dp_replicate, 0, within(0, kMaxMeshRanks),                                            \
     "replica groups (ddp: every data-parallel rank; fsdp > 1: HSDP); 0 = the ranks that are left") \
-  X(int64_t, dp_shard, 0,                                                                          \
+  X(int64_t, dp_shard, 0, within(0, kMaxMeshRanks),                                                \
     "ranks one replica is sharded over (fsdp; ddp: 1); 0 = the ranks that are left")               \
-  X(bool, reshard_after_forward, true,                                                             \
+  X(bool, reshard_after_forward, true, any(),                                                      \
     "fsdp: free a block's gathered parameters after its forward, gather again for its backward")   \
-  X(DType, reduce_dtype, DType::f32, "dtype gradients are summed across ranks in (f32 or bf16)")   \
-  X(GradReduce, grad_reduce, GradReduce::automatic,                                                \
+  X(DType, reduce_dtype, DType::f32, any(),                                                        \
+    "dtype gradients are summed across ranks in (f32 or bf16)")                                    \
+  X(GradReduce, grad_reduce, GradReduce::automatic, any(),                                         \
     "with accumulation, reduce gradients after every micro-step or the last (auto: ddp last)")     \
-  X(double, collective_timeout_s, 600.0,                                                           \
+  X(double, collective_timeout_s, 600.0, at_least(0),                                              \
     "end the job when a collective waits longer than this for a peer (crash, hang); 0 = never")
 
 #define VLM_TRAIN_CONFIG_CHECKPOINT(X)                                                             \
-  X(std::string, output_dir, "checkpoints",                                                        \
+  X(std::string, output_dir, "checkpoints", any(),                                                 \
     "folder of the checkpoints (step_N/ or checkpoint-step-N/) and metrics.jsonl by default")      \
-  X(int64_t, save_steps, 1000,                                                                     \
+  X(int64_t, save_steps, 1000, at_least(0),                                                        \
     "save every N optimizer steps and at total_steps; 0 = only the final checkpoint")              \
-  X(CheckpointFormat, format, CheckpointFormat::hdf5,                                              \
+  X(CheckpointFormat, format, CheckpointFormat::hdf5, any(),                                       \
     "hdf5: resumable sharded step_N/ (parallel HDF5); safetensors: HF snapshots, not resumable")   \
-  X(HfSnapshot, hf_snapshot, HfSnapshot::final,                                                    \
+  X(HfSnapshot, hf_snapshot, HfSnapshot::final, any(),                                             \
     "hdf5: also an HF snapshot checkpoint-step-N/ (generate, export, transformers): at the end, "  \
     "every save, never")                                                                           \
-  X(int64_t, keep_last, 0,                                                                         \
+  X(int64_t, keep_last, 0, at_least(0),                                                            \
     "keep only the newest N step_N checkpoints (HF snapshots stay); 0 = keep all")                 \
-  X(std::string, resume, "",                                                                       \
+  X(std::string, resume, "", any(),                                                                \
     "\"latest\" (what output_dir/latest names; none yet: fresh), a step_N folder, \"\" = a new run")
 
 #define VLM_TRAIN_CONFIG_LOGGING(X)                                                                \
-  X(int64_t, log_every, 10,                                                                        \
+  X(int64_t, log_every, 10, at_least(1),                                                           \
     "progress line every N optimizer steps (metrics_file gets every step)")                        \
-  X(std::string, metrics_file, "",                                                                 \
+  X(std::string, metrics_file, "", any(),                                                          \
     "one JSON line per optimizer step; \"\" = output_dir/metrics.jsonl")                           \
-  X(bool, progress, true, "print the progress line on rank 0 (step, loss, lr, tokens/s, ETA)")     \
-  X(double, peak_tflops, 0.0,                                                                      \
+  X(bool, progress, true, any(),                                                                   \
+    "print the progress line on rank 0 (step, loss, lr, tokens/s, ETA)")                           \
+  X(double, peak_tflops, 0.0, at_least(0),                                                         \
     "peak TFLOP/s of one device for MFU; 0 = the built-in value of the device (none on CPU)")
 // clang-format on
 
-#define VLM_TRAIN_CONFIG_MEMBER(type, name, value, help) type name = value;
+#define VLM_TRAIN_CONFIG_MEMBER(type, name, value, bounds, help) type name = value;
 
 struct ModelOptions {
   VLM_TRAIN_CONFIG_MODEL(VLM_TRAIN_CONFIG_MEMBER)

@@ -48,7 +48,7 @@ void check_supported(const TrainConfig& c) {
             "parallel.data_parallel, dp_replicate, dp_shard)");
   VLM_CHECK(c.checkpoint.format != CheckpointFormat::hdf5 || io::hdf5_state_available(),
             "config: checkpoint.format = \"hdf5\" (the default): this build has no parallel HDF5 "
-            "(it needs MPI and libhdf5-openmpi-dev; tools/install_deps.sh installs them); set "
+            "(it needs MPI and libhdf5-openmpi-dev; tools/deps/install_deps.sh installs them); set "
             "checkpoint.format = \"safetensors\" for HF snapshots, which cannot resume a run");
   VLM_CHECK(!c.data.data_path.empty(), "config: data.data_path is required");
   VLM_CHECK(!c.model.tokenizer.empty(),
@@ -310,14 +310,10 @@ Trainer::~Trainer() = default;
 
 bool Trainer::done() const { return state_.step >= config_.training.total_steps; }
 
-StepRecord Trainer::train_step() {
+std::vector<model::Batch> Trainer::next_step_batches(int64_t step, StepRecord& rec) {
   const TrainingOptions& t = config_.training;
-  VLM_CHECK(!done(), "train: all ", t.total_steps, " steps are done");
-  const int64_t step = state_.step;
-  const double step_start = now_seconds();
   const int micro = data_->pattern[size_t(step) % data_->pattern.size()];
   std::vector<model::Batch> batches;
-  StepRecord rec;
   bool ended = false;
   for (int m = 0; m < micro && !ended; m++) {
     auto mb = next_micro_batch(*data_->train, t.micro_batch_rows, *model_, device_);
@@ -337,6 +333,10 @@ StepRecord Trainer::train_step() {
             config_.data.train_split, "' ended (data.epochs = ", config_.data.epochs,
             ") before training.total_steps = ", t.total_steps,
             dp_group() ? " on " + std::to_string(ranks_ended) + " data-parallel rank(s)" : "");
+  return batches;
+}
+
+void Trainer::count_step_data(StepRecord& rec) {
   rec.samples_read = data_->train->samples_read();
   rec.skips = data_->train->report();
   check_skip_ceiling(rec.skips, rec.samples_read, config_.data.max_skip_fraction,
@@ -355,6 +355,34 @@ StepRecord Trainer::train_step() {
     rec.padded_tokens = int64_t(v[1]);
     rec.flops = v[2];
   }
+}
+
+void Trainer::log_progress(const StepRecord& rec) {
+  const int64_t done_steps = state_.step, trained_here = done_steps - first_step_;
+  if (done_steps % config_.logging.log_every != 0 && !done()) return;
+  const double mean = window_.mean_loss();
+  if (trained_here <= config_.logging.log_every) summary_.first_loss = mean;
+  summary_.last_loss = mean;
+  const double spent = now_seconds() - train_start_seconds_;
+  const int64_t total = config_.training.total_steps;
+  const double eta = spent / double(trained_here) * double(total - done_steps);
+  std::string line = window_.line(done_steps, total, eta);
+  if (rec.skips.total() != summary_.skipped_samples) // new skips since the last line
+    line += " | " + skip_summary_line(rec.skips);
+  summary_.skipped_samples = rec.skips.total();
+  if (config_.logging.progress && rank0()) std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  window_ = ProgressWindow();
+}
+
+StepRecord Trainer::train_step() {
+  const TrainingOptions& t = config_.training;
+  VLM_CHECK(!done(), "train: all ", t.total_steps, " steps are done");
+  const int64_t step = state_.step;
+  const double step_start = now_seconds();
+  StepRecord rec;
+  const std::vector<model::Batch> batches = next_step_batches(step, rec);
+  count_step_data(rec);
   stepper_->set_skipped_steps(state_.skipped_steps);
   rec.stats = stepper_->step(step, batches);
   state_.skipped_steps = stepper_->skipped_steps();
@@ -371,23 +399,10 @@ StepRecord Trainer::train_step() {
   summary_.real_tokens += rec.real_tokens;
   summary_.padded_tokens += rec.padded_tokens;
   window_.add(rec);
+  log_progress(rec);
 
-  const int64_t done_steps = state_.step, trained_here = done_steps - first_step_;
+  const int64_t done_steps = state_.step;
   const bool last = done();
-  if (done_steps % config_.logging.log_every == 0 || last) {
-    const double mean = window_.mean_loss();
-    if (trained_here <= config_.logging.log_every) summary_.first_loss = mean;
-    summary_.last_loss = mean;
-    const double spent = now_seconds() - train_start_seconds_;
-    const double eta = spent / double(trained_here) * double(t.total_steps - done_steps);
-    std::string line = window_.line(done_steps, t.total_steps, eta);
-    if (rec.skips.total() != summary_.skipped_samples) // new skips since the last line
-      line += " | " + skip_summary_line(rec.skips);
-    summary_.skipped_samples = rec.skips.total();
-    if (config_.logging.progress && rank0()) std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-    window_ = ProgressWindow();
-  }
   if (t.eval_steps > 0 && (done_steps % t.eval_steps == 0 || last)) evaluate();
   if (last ||
       (config_.checkpoint.save_steps > 0 && done_steps % config_.checkpoint.save_steps == 0))

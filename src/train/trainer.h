@@ -112,6 +112,12 @@ private:
   // The HF snapshot output_dir/checkpoint-step-N of the current step (gathered, rank 0 writes);
   // returns the folder.
   std::string save_hf_snapshot();
+  // The parts of train_step: the step's micro-batches (their tokens and FLOPs into rec; every
+  // rank stops together when one's share of the data ended), the data counts (skips against the
+  // ceiling; tokens and FLOPs summed over the data-parallel ranks), the progress line.
+  std::vector<model::Batch> next_step_batches(int64_t step, StepRecord& rec);
+  void count_step_data(StepRecord& rec);
+  void log_progress(const StepRecord& rec);
 
   TrainConfig config_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;

@@ -1,6 +1,6 @@
 // Streams, events, guards, dispatch and the deferred device error record where they need no GPU:
 // everything is a no-op on the CPU, the per-thread current-stream table needs no CUDA call, and
-// checking a device that never reported needs none either. tests/gpu/test_gpu_streams.cpp runs
+// checking a device that never reported needs none either. tests/core/test_streams_gpu.cpp runs
 // the CUDA side.
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // A Qwen3 `vlmtrain dump` of a golden case and its limits against the transformers golden
 // (tests/golden/qwen3_tiny.safetensors): tests/model/test_qwen3_golden.cpp says why each limit is
-// what it is; the CUDA run (tests/gpu/test_gpu_qwen3.cpp) is held to the same.
+// what it is; the CUDA run (tests/model/test_qwen3_gpu.cpp) is held to the same.
 #pragma once
 
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 // A Qwen3-VL `vlmtrain dump` of a golden case against the transformers golden
 // (tests/golden/qwen3_vl_tiny.safetensors, tools/golden/gen_qwen3_vl.py), shared by the CPU test
 // (tests/model/test_qwen3_vl_golden.cpp, which says what the cases are) and the CUDA one
-// (tests/gpu/test_gpu_qwen3_vl.cpp); both are held to the same limits.
+// (tests/model/test_qwen3_vl_gpu.cpp); both are held to the same limits.
 #pragma once
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // The 30-step reference loop of tools/golden/gen_train_loop.py, shared by the CPU loop test
-// (tests/train/test_train_loop.cpp) and its CUDA twin (tests/gpu/test_gpu_train.cpp): the tiny
+// (tests/train/test_train_loop.cpp) and its CUDA twin (tests/train/test_train_gpu.cpp): the tiny
 // untied snapshot, the loop's settings and its micro-batches from
 // tests/golden/train_loop.safetensors.
 #pragma once

@@ -279,7 +279,7 @@ TEST_CASE("config: invalid values name key and value", "[train][config]") {
   CHECK_THAT(error_of(minimal("", "shuffle_buffer_size = 100000000\n")),
              Contains("data.shuffle_buffer_size = 100000000 must be in [0, 1048576]"));
   CHECK_THAT(error_of(minimal("", "max_pixels = 1000000000\n")),
-             Contains("data.max_pixels = 1000000000 must be <= 178956970"));
+             Contains("data.max_pixels = 1000000000 must be in [1, 178956970]"));
   CHECK_THAT(error_of(minimal("", "max_skip_fraction = 1.5\n")),
              Contains("data.max_skip_fraction = 1.5 must be in [0, 1]"));
   CHECK_THAT(error_of(training("total_steps = 100\nwarmup_steps = 95")),

@@ -10,7 +10,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${1:-$root/build-fuzz}"
 cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
 [[ -n $cxx ]] || {
-  echo "fuzz build: clang++ not found (tools/install_deps.sh installs clang-14)" >&2
+  echo "fuzz build: clang++ not found (tools/deps/install_deps.sh installs clang-14)" >&2
   exit 1
 }
 mkdir -p "$out/obj"
@@ -18,10 +18,11 @@ mkdir -p "$out/obj"
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root"
   -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 # The library sources the four targets reach: tar, safetensors (+atomic_file for the writer),
-# chat format, tokenizer (+unicode), and src/base.
-lib_srcs=(io/energon/tar.cpp io/state/safetensors.cpp io/state/atomic_file.cpp io/text/chat_format.cpp io/text/tokenizer.cpp
-  io/text/unicode.cpp src/base/check.cpp src/base/dtype.cpp src/base/env.cpp src/base/logging.cpp
-  src/base/rng.cpp src/base/shape.cpp)
+# io/text/ (chat format, the tokenizer's stages, unicode; not the BPE trainer) and src/base.
+lib_srcs=(io/energon/tar.cpp io/state/safetensors.cpp io/state/atomic_file.cpp)
+for f in "$root"/io/text/*.cpp "$root"/src/base/*.cpp; do
+  [[ $f == */bpe_trainer.cpp ]] || lib_srcs+=("${f#"$root"/}")
+done
 targets=(tar safetensors chat tokenizer)
 
 # An object is stale when its source or any header it includes (clang's .d file) is newer.

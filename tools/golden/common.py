@@ -5,7 +5,9 @@ the outputs and the input gradients of one op, named "<case>.<tensor>". The upst
 used for backward is stored too ("<case>.grad_out"), so the C++ test replays exactly the same
 backward. Metadata records the generator, torch version and seed.
 """
+import json
 import os
+import shutil
 import sys
 
 import torch
@@ -13,6 +15,7 @@ from safetensors.torch import save_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN_DIR = os.path.join(REPO, "tests", "golden")
+DATA_DIR = os.path.join(REPO, "tests", "data")
 
 
 class GoldenWriter:
@@ -44,3 +47,33 @@ class GoldenWriter:
 def run_backward(outputs, grad_outputs):
     """Backward with given upstream gradients; returns nothing (grads land in .grad)."""
     torch.autograd.backward(outputs, grad_outputs)
+
+
+def rel(a, b):
+    """The largest difference relative to the largest magnitude of the reference b."""
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def save_snapshot(model, name):
+    """An HF snapshot of `model` in tests/data/<name>: config.json and model.safetensors only."""
+    path = os.path.join(DATA_DIR, name)
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path, safe_serialization=True)
+    for extra in os.listdir(path):
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(path, extra))  # generation_config.json: not needed here
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    print(f"wrote {path}: {sorted(os.listdir(path))}, dtype {cfg.get('dtype')}")
+
+
+def documents_loss(pairs):
+    """The loss of documents run one by one, [(logits, shifted targets)]: the sum of their CE sums
+    over the valid targets of all (-100 = ignored). Runs backward; returns the logits
+    concatenated and the loss, detached."""
+    total = sum(torch.nn.functional.cross_entropy(lg, target, ignore_index=-100, reduction="sum")
+                for lg, target in pairs)
+    count = sum(int((target != -100).sum()) for _, target in pairs)
+    loss = total / count
+    loss.backward()
+    return torch.cat([lg for lg, _ in pairs]).detach(), loss.detach()

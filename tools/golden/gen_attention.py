@@ -1,4 +1,4 @@
-"""Golden data for rope and varlen attention (tests/golden/test_golden_attention.cpp).
+"""Golden data for rope and varlen attention (tests/core/ops/test_attention_golden.cpp).
 
 rope cases ("rope_*"): HF's formula (Qwen3 / Qwen3.5 partial rotary), run by torch in fp32 exactly
 as HF does: inv_freq = 1 / theta ** (arange(0, R, 2).float() / R), freqs = pos.float() * inv_freq,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for the BPE trainer (tests/io/test_bpe_trainer.cpp), made by HF `tokenizers`.
+"""Golden data for the BPE trainer (tests/io/text/test_bpe_trainer.cpp), made by HF `tokenizers`.
 
 Files under tests/data/bpe/:
   corpus.json     the training texts (CORPUS below), a JSON array of strings

@@ -1,4 +1,4 @@
-"""Golden data for io/image_decode and io/image_preprocess (tests/io/test_image.cpp).
+"""Golden data for io/image_decode and io/image_preprocess (tests/io/image/test_image.cpp).
 
 Writes small test images to tests/data/images/ and, into tests/golden/images.safetensors, what
 the reference pipeline makes of them. The reference is the one the PyTorch trainer runs

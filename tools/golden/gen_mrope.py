@@ -5,7 +5,7 @@ on documents with images of several grids, a t=2 grid and text-only ones), packe
 the loader packs them (each document restarting at 0). For each case the real rotary module of
 a Qwen3VLTextConfig with the case's head_dim, rope_theta and mrope_section turns the [3, T]
 position ids into cos/sin [T, head_dim] in fp32 and in bf16 (the activation dtype HF casts them
-to), of which the first head_dim/2 columns are kept (the second half repeats them); the C++ test (tests/golden/test_golden_mrope.cpp) builds them with mrope_tables.
+to), of which the first head_dim/2 columns are kept (the second half repeats them); the C++ test (tests/core/ops/test_mrope_golden.cpp) builds them with mrope_tables.
 
 Cases: the tiny Qwen3-VL's [6, 5, 5] (every slot in the 3-way pattern), [8, 4, 4] (t takes the
 tail slots 13, 14), and the released models' [24, 20, 20] at head_dim 128 (tail 60..63).

@@ -5,7 +5,7 @@ an image run without <|vision_start|>/<|vision_end|> markers, grids of various s
 a t=2 grid), runs the real `Qwen3VLModel.get_rope_index` and `Qwen3_5Model.get_rope_index` on
 each document alone (batch of one, no padding), checks that both agree, and writes
 tests/data/position_ids/golden.json: per case the input ids, image_grid_thw and the [3][L]
-position ids (rows t, h, w). The C++ test (tests/io/test_position_ids.cpp) recomputes them and
+position ids (rows t, h, w). The C++ test (tests/io/loader/test_position_ids.cpp) recomputes them and
 packs several cases into one row, where every document must restart at 0.
 
 Only the get_rope_index methods are used; no weights are loaded. They read nothing from `self`

@@ -31,13 +31,14 @@ Run: python3 tools/golden/gen_qwen3.py   (torch + transformers + safetensors fro
 """
 import json
 import os
-import shutil
 import sys
 
 import torch
 import transformers
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from common import documents_loss, rel, save_snapshot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, "tests", "data")
@@ -114,35 +115,15 @@ def hf_separate(model, batch):
     model.zero_grad(set_to_none=True)
     ids, labels = batch["input_ids"].view(-1), batch["labels"].view(-1)
     cu = batch["cu_seqlens"].tolist()
-    logits, total, count = [], 0.0, 0
+    pairs = []
     for b in range(len(cu) - 1):
         s, e = cu[b], cu[b + 1]
         lg = model(input_ids=ids[s:e].view(1, -1), use_cache=False).logits[0]
         target = torch.cat([labels[s + 1:e], torch.tensor([-100])])  # HF shift inside the doc
-        total = total + torch.nn.functional.cross_entropy(lg, target, ignore_index=-100,
-                                                          reduction="sum")
-        count += int((target != -100).sum())
-        logits.append(lg)
-    loss = total / count
-    loss.backward()
+        pairs.append((lg, target))
+    logits, loss = documents_loss(pairs)
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-    return torch.cat(logits).detach(), loss.detach(), grads
-
-
-def rel(a, b):
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
-
-
-def save_snapshot(model, name):
-    path = os.path.join(DATA, name)
-    shutil.rmtree(path, ignore_errors=True)
-    model.save_pretrained(path, safe_serialization=True)
-    for extra in os.listdir(path):
-        if extra not in ("config.json", "model.safetensors"):
-            os.remove(os.path.join(path, extra))  # generation_config.json: not needed here
-    with open(os.path.join(path, "config.json")) as f:
-        cfg = json.load(f)
-    print(f"wrote {path}: {sorted(os.listdir(path))}, dtype {cfg.get('dtype')}")
+    return logits, loss, grads
 
 
 def main():

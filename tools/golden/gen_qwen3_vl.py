@@ -47,6 +47,8 @@ import transformers
 from safetensors.torch import save_file
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
+from common import documents_loss, rel, save_snapshot
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, "tests", "data")
 GOLDEN = os.path.join(REPO, "tests", "golden", "qwen3_vl_tiny.safetensors")
@@ -169,7 +171,7 @@ def hf_separate(model, batch, doc_grids):
     """The definition: each document alone, loss = the row's valid-target mean."""
     model.zero_grad(set_to_none=True)
     cu = batch["cu_seqlens"].tolist()
-    logits, total, count, patch0, image0 = [], 0.0, 0, 0, 0
+    pairs, patch0, image0 = [], 0, 0
     for b in range(len(cu) - 1):
         s, e = cu[b], cu[b + 1]
         ids, labels = batch["input_ids"][s:e], batch["labels"][s:e]
@@ -184,13 +186,9 @@ def hf_separate(model, batch, doc_grids):
             image0 += len(grids)
         lg = model(input_ids=ids.view(1, -1), use_cache=False, **kwargs).logits[0]
         target = torch.cat([labels[1:], torch.tensor([-100])])  # HF's shift inside the doc
-        total = total + torch.nn.functional.cross_entropy(lg, target, ignore_index=-100,
-                                                          reduction="sum")
-        count += int((target != -100).sum())
-        logits.append(lg)
-    loss = total / count
-    loss.backward()
-    return torch.cat(logits).detach(), loss.detach(), grads_of(model)
+        pairs.append((lg, target))
+    logits, loss = documents_loss(pairs)
+    return logits, loss, grads_of(model)
 
 
 def hf_packed(model, batch):
@@ -206,20 +204,6 @@ def hf_packed(model, batch):
                 position_ids=pos4, use_cache=False, **kwargs)
     out.loss.backward()
     return out.logits[0].detach(), out.loss.detach(), grads_of(model)
-
-
-def rel(a, b):
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
-
-
-def save_snapshot(model, name):
-    path = os.path.join(DATA, name)
-    shutil.rmtree(path, ignore_errors=True)
-    model.save_pretrained(path, safe_serialization=True)
-    for extra in os.listdir(path):
-        if extra not in ("config.json", "model.safetensors"):
-            os.remove(os.path.join(path, extra))
-    print(f"wrote {path}: {sorted(os.listdir(path))}")
 
 
 def main():

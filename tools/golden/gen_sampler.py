@@ -7,7 +7,7 @@ vectors plus a few hundred random configurations (shard counts including tiny an
 splits, subsets, world sizes 1..8, workers 0..4, max_samples_per_sequence None/1/2/3/7/100,
 rotation offsets) and writes tests/data/sampler/sharder_vectors.json: per case the inputs and,
 for every rank, the slice offsets of each of its workers (the start of every slice, then the
-end). tests/io/test_sampler.cpp recomputes all of them.
+end). tests/io/energon/test_sampler.cpp recomputes all of them.
 
 Usage: python tools/golden/gen_sampler.py   (needs megatron-energon; no GPU, no torch RNG)
 """

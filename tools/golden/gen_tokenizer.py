@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for the tokenizer (tests/io/test_tokenizer.cpp), made by HF `tokenizers`.
+"""Golden data for the tokenizer (tests/io/text/test_tokenizer.cpp), made by HF `tokenizers`.
 
 Writes under tests/data/tokenizer/:
   golden.jsonl  one JSON object per line, made with the real Qwen3 tokenizer.json:

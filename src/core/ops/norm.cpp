@@ -59,8 +59,15 @@ Tensor grad_like(const char* op, const Tensor& g, const Tensor& x) {
   return g.contiguous();
 }
 
-Tensor empty_if(bool wanted, const Tensor& like) {
-  return wanted ? Tensor::empty(like.shape(), like.dtype(), like.device()) : Tensor();
+Tensor empty_like(const Tensor& like) {
+  return Tensor::empty(like.shape(), like.dtype(), like.device());
+}
+
+Tensor empty_if(bool wanted, const Tensor& like) { return wanted ? empty_like(like) : Tensor(); }
+
+// One per-row statistic of x (mean or rstd), as the forward kernels write it.
+Tensor row_stats(const Tensor& x) {
+  return Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
 }
 
 struct RmsNormBackward final : Node {
@@ -163,8 +170,7 @@ Tensor rms_norm_impl(const char* op, const Tensor& x, const Tensor& weight, doub
                        : zero_centered   ? RmsNormWeight::offset
                                          : RmsNormWeight::scale;
   Tensor xc = plain(x), wc = plain(weight);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  Tensor out = empty_like(x), rstd = row_stats(x);
   dispatch(
       op, x.device(), x.dtype(),
       [&](auto t) {
@@ -207,8 +213,7 @@ Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, do
   check_operand(op, "weight", weight, x, false);
   check_cuda_dtype(op, x);
   Tensor xc = plain(x), zc = plain(z), wc = plain(weight);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  Tensor out = empty_like(x), rstd = row_stats(x);
   dispatch(
       op, x.device(), x.dtype(),
       [&](auto t) {
@@ -241,9 +246,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   check_operand(op, "bias", bias, x, false);
   check_cuda_dtype(op, x);
   Tensor xc = plain(x), wc = plain(weight), bc = plain(bias);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
-  Tensor rstd = Tensor::empty({rows_of(x)}, stats_dtype(x.dtype()), x.device());
+  Tensor out = empty_like(x), mean = row_stats(x), rstd = row_stats(x);
   dispatch(
       op, x.device(), x.dtype(),
       [&](auto t) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that vlmtrain builds and tests with (DESIGN.md §8).
+# Idempotent and non-interactive: when every package is already installed it does not touch apt.
+# Runs as root, or through sudo when available. The CUDA toolkit comes from the machine.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev libopenblas-openmp-dev catch2
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
+  nlohmann-json3-dev libtomlplusplus-dev libyaml-cpp-dev libpcre2-dev
+  libcli11-dev # the argument parser of the commands and benchmarks (src/cli/args.h)
+  libjpeg62-turbo-dev libpng-dev
+  clang-format-14 python3
+  python3-h5py # tests/io/state/test_hdf5_state_mpi.cpp: h5py reads our checkpoints
+  clang-14 libclang-rt-14-dev # libFuzzer targets (tools/fuzz/): clang++ and libclang_rt.fuzzer
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  # "install ok installed" is dpkg's status for a fully installed package.
+  if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true) != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#packages[@]} packages already installed; skipping apt"
+  exit 0
+fi
+echo "install_deps: missing: ${missing[*]}"
+
+sudo=()
+if ((EUID != 0)); then
+  if command -v sudo >/dev/null; then
+    sudo=(sudo -n env DEBIAN_FRONTEND=noninteractive) # -n: never prompt, there is no stdin
+  else
+    echo "install_deps: not root and no sudo; install these as root: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+echo "install_deps: apt-get update"
+"${sudo[@]}" apt-get update </dev/null
+echo "install_deps: apt-get install -y --no-install-recommends ${packages[*]}"
+"${sudo[@]}" apt-get install -y --no-install-recommends "${packages[@]}" </dev/null
+echo "install_deps: done"
