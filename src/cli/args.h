@@ -28,7 +28,12 @@ inline bool parse_args(CLI::App& app, const std::vector<std::string>& args) {
     std::fputs(app.help().c_str(), stdout); // the selected subcommand's help, if any
     return false;
   } catch (const CLI::ParseError& e) {
-    VLM_FAIL("`", app.get_name(), "`: ", e.what(), " (", app.get_name(), " --help lists them)");
+    std::string name = app.get_name(); // with the subcommands given: "vlmtrain data pack"
+    for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+      at = at->get_subcommands().front();
+      name += " " + at->get_name();
+    }
+    VLM_FAIL("`", name, "`: ", e.what(), " (", name, " --help lists them)");
   }
   return true;
 }
