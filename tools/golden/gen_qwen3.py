@@ -1,4 +1,4 @@
-"""Golden files for the Qwen3 text model (model/qwen3.h, `vlmtrain dump`) from transformers.
+"""Golden files for the Qwen3 text model (model/qwen3/model.h, `vlmtrain dump`) from transformers.
 
 Builds the tiny Qwen3 of docs/qwen-models.md §8 (T1: H=64, L=2, Hq=4, Hkv=2, D=32, I=128,
 vocab=512, rope_theta=1e6, eps=1e-6) with transformers' own Qwen3ForCausalLM in fp32 on CPU,
