@@ -88,21 +88,19 @@ void bind_value(std::vector<Field>& out, const char* s, const char* k, V& v, Key
                    return std::string();
                  }});
 }
-void bind(std::vector<Field>& out, const char* s, const char* k, bool& v, KeyBounds b,
-          const char* help) {
-  bind_value(out, s, k, v, b, help, Kind::boolean);
+// The TOML kind of a plain member type.
+template <class V> constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<V, bool>) return Kind::boolean;
+  if constexpr (std::is_same_v<V, int64_t>) return Kind::integer;
+  if constexpr (std::is_same_v<V, double>) return Kind::floating;
+  return Kind::string;
 }
-void bind(std::vector<Field>& out, const char* s, const char* k, int64_t& v, KeyBounds b,
+template <class V>
+requires std::is_same_v<V, bool> || std::is_same_v<V, int64_t> || std::is_same_v<V, double> ||
+    std::is_same_v<V, std::string>
+void bind(std::vector<Field>& out, const char* s, const char* k, V& v, KeyBounds b,
           const char* help) {
-  bind_value(out, s, k, v, b, help, Kind::integer);
-}
-void bind(std::vector<Field>& out, const char* s, const char* k, double& v, KeyBounds b,
-          const char* help) {
-  bind_value(out, s, k, v, b, help, Kind::floating);
-}
-void bind(std::vector<Field>& out, const char* s, const char* k, std::string& v, KeyBounds b,
-          const char* help) {
-  bind_value(out, s, k, v, b, help, Kind::string);
+  bind_value(out, s, k, v, b, help, kind_of<V>());
 }
 template <class E>
 void bind(std::vector<Field>& out, const char* s, const char* k, E& v, KeyBounds,
@@ -137,36 +135,19 @@ std::vector<Field> fields_of(TrainConfig& c) {
   std::vector<Field> out;
 #define VLM_BIND(type, name, value, bounds, help)                                                  \
   bind(out, section, #name, obj->name, bounds, help);
-  {
-    const char* section = "model";
-    auto* obj = &c.model;
-    VLM_TRAIN_CONFIG_MODEL(VLM_BIND)
+#define VLM_BIND_SECTION(member, TABLE)                                                            \
+  {                                                                                                \
+    const char* section = #member;                                                                 \
+    auto* obj = &c.member;                                                                         \
+    TABLE(VLM_BIND)                                                                                \
   }
-  {
-    const char* section = "training";
-    auto* obj = &c.training;
-    VLM_TRAIN_CONFIG_TRAINING(VLM_BIND)
-  }
-  {
-    const char* section = "data";
-    auto* obj = &c.data;
-    VLM_TRAIN_CONFIG_DATA(VLM_BIND)
-  }
-  {
-    const char* section = "parallel";
-    auto* obj = &c.parallel;
-    VLM_TRAIN_CONFIG_PARALLEL(VLM_BIND)
-  }
-  {
-    const char* section = "checkpoint";
-    auto* obj = &c.checkpoint;
-    VLM_TRAIN_CONFIG_CHECKPOINT(VLM_BIND)
-  }
-  {
-    const char* section = "logging";
-    auto* obj = &c.logging;
-    VLM_TRAIN_CONFIG_LOGGING(VLM_BIND)
-  }
+  VLM_BIND_SECTION(model, VLM_TRAIN_CONFIG_MODEL)
+  VLM_BIND_SECTION(training, VLM_TRAIN_CONFIG_TRAINING)
+  VLM_BIND_SECTION(data, VLM_TRAIN_CONFIG_DATA)
+  VLM_BIND_SECTION(parallel, VLM_TRAIN_CONFIG_PARALLEL)
+  VLM_BIND_SECTION(checkpoint, VLM_TRAIN_CONFIG_CHECKPOINT)
+  VLM_BIND_SECTION(logging, VLM_TRAIN_CONFIG_LOGGING)
+#undef VLM_BIND_SECTION
 #undef VLM_BIND
   return out;
 }

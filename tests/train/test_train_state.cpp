@@ -110,16 +110,24 @@ TEST_CASE("train state: k steps, save, load into a fresh trainer, N more == k + 
   }
 }
 
+namespace {
+
+// The state of a demo run after one step, the demo dataset made in `data` first.
+io::MemoryState one_step_state(const testing::TempDir& tmp, const std::string& data) {
+  demo::make_demo_dataset(data);
+  io::MemoryState saved;
+  train::Trainer t(demo_config(data, tmp.file("a")));
+  t.train_step();
+  t.state().save(saved);
+  return saved;
+}
+
+} // namespace
+
 TEST_CASE("train state: a state from another run is refused, naming what differs") {
   testing::TempDir tmp("train_state_refuse");
   const std::string data = tmp.file("demo_data");
-  demo::make_demo_dataset(data);
-  io::MemoryState saved;
-  {
-    train::Trainer t(demo_config(data, tmp.file("a")));
-    t.train_step();
-    t.state().save(saved);
-  }
+  const io::MemoryState saved = one_step_state(tmp, data);
   // Another LR schedule.
   train::Trainer other(demo_config(data, tmp.file("b"), "training.total_steps=20"));
   CHECK_THAT(error_of([&] { other.state().load(saved); }),
@@ -163,13 +171,7 @@ forged(const io::MemoryState& in,
 TEST_CASE("train state: a damaged state is refused, naming the key, before anything changes") {
   testing::TempDir tmp("train_state_damaged");
   const std::string data = tmp.file("demo_data");
-  demo::make_demo_dataset(data);
-  io::MemoryState saved;
-  {
-    train::Trainer t(demo_config(data, tmp.file("a")));
-    t.train_step();
-    t.state().save(saved);
-  }
+  const io::MemoryState saved = one_step_state(tmp, data);
   train::Trainer fresh(demo_config(data, tmp.file("b")));
   const std::string w = "model.language_model.layers.0.mlp.up_proj.weight";
   const std::vector<double> before = fresh.model().find_parameter(w).to_doubles();
