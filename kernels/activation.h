@@ -10,7 +10,19 @@
 namespace vlm::kernels {
 
 // gelu_erf is the exact erf form, gelu_tanh the tanh approximation (torch approximate="tanh").
-enum class UnaryOp : uint8_t { sigmoid, silu, gelu_erf, gelu_tanh, exp, log, rsqrt, square };
+// softplus is torch's (beta 1, threshold 20): log(1 + e^x), x itself for x > 20 (derivative 1
+// there, sigmoid(x) below).
+enum class UnaryOp : uint8_t {
+  sigmoid,
+  silu,
+  gelu_erf,
+  gelu_tanh,
+  exp,
+  log,
+  rsqrt,
+  square,
+  softplus
+};
 
 // The op's name in messages ("sigmoid", "gelu(tanh)", ...).
 inline const char* unary_op_name(UnaryOp op) {
@@ -23,6 +35,7 @@ inline const char* unary_op_name(UnaryOp op) {
   case UnaryOp::log: return "log";
   case UnaryOp::rsqrt: return "rsqrt";
   case UnaryOp::square: return "square";
+  case UnaryOp::softplus: return "softplus";
   }
   return "unary";
 }

@@ -24,6 +24,9 @@ template <typename A> struct Gelu {
   static constexpr A kKappa = A(0.044715);
 };
 
+// torch.nn.functional.softplus's threshold (beta 1): above it the result is x itself.
+template <typename A> constexpr A kSoftplusThreshold = A(20);
+
 template <typename A> A unary_value(UnaryOp op, A x) {
   using G = Gelu<A>;
   switch (op) {
@@ -36,6 +39,7 @@ template <typename A> A unary_value(UnaryOp op, A x) {
   case UnaryOp::log: return std::log(x);
   case UnaryOp::rsqrt: return A(1) / std::sqrt(x);
   case UnaryOp::square: return x * x;
+  case UnaryOp::softplus: return x > kSoftplusThreshold<A> ? x : std::log1p(std::exp(x));
   }
   return x;
 }
@@ -70,6 +74,7 @@ template <typename A> A unary_derivative(UnaryOp op, A x) {
     return A(-0.5) * r * r * r;
   }
   case UnaryOp::square: return A(2) * x;
+  case UnaryOp::softplus: return x > kSoftplusThreshold<A> ? A(1) : sigmoid_of(x);
   }
   return A(0);
 }
@@ -87,6 +92,7 @@ template <typename F> void with_op(UnaryOp op, F&& f) {
   case log: return f(std::integral_constant<UnaryOp, log>());
   case rsqrt: return f(std::integral_constant<UnaryOp, rsqrt>());
   case square: return f(std::integral_constant<UnaryOp, square>());
+  case softplus: return f(std::integral_constant<UnaryOp, softplus>());
   }
 }
 

@@ -15,6 +15,7 @@ constexpr float kSqrt1_2 = 0.70710678118654752440f;    // 1/sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f; // 1/sqrt(2*pi)
 constexpr float kBeta = 0.79788456080286535588f;       // sqrt(2/pi)
 constexpr float kKappa = 0.044715f;
+constexpr float kSoftplusThreshold = 20.0f; // torch softplus (beta 1): x itself above it
 
 // Stable for large |x|: exp never overflows.
 __device__ __forceinline__ float sigmoid_of(float x) {
@@ -33,6 +34,7 @@ template <UnaryOp OP> __device__ __forceinline__ float unary_value(float x) {
   if constexpr (OP == UnaryOp::log) return logf(x);
   if constexpr (OP == UnaryOp::rsqrt) return 1.0f / sqrtf(x);
   if constexpr (OP == UnaryOp::square) return x * x;
+  if constexpr (OP == UnaryOp::softplus) return x > kSoftplusThreshold ? x : log1pf(expf(x));
 }
 
 template <UnaryOp OP> __device__ __forceinline__ float unary_derivative(float x) {
@@ -62,6 +64,7 @@ template <UnaryOp OP> __device__ __forceinline__ float unary_derivative(float x)
     return -0.5f * r * r * r;
   }
   if constexpr (OP == UnaryOp::square) return 2.0f * x;
+  if constexpr (OP == UnaryOp::softplus) return x > kSoftplusThreshold ? 1.0f : sigmoid_of(x);
 }
 
 template <UnaryOp OP> struct UnaryFwd {
@@ -85,6 +88,7 @@ template <typename F> void with_op(UnaryOp op, F&& f) {
   case UnaryOp::log: return f(std::integral_constant<UnaryOp, UnaryOp::log>());
   case UnaryOp::rsqrt: return f(std::integral_constant<UnaryOp, UnaryOp::rsqrt>());
   case UnaryOp::square: return f(std::integral_constant<UnaryOp, UnaryOp::square>());
+  case UnaryOp::softplus: return f(std::integral_constant<UnaryOp, UnaryOp::softplus>());
   }
 }
 

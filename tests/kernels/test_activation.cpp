@@ -35,6 +35,7 @@ double f_ref(UnaryOp op, double x) {
   case UnaryOp::log: return std::log(x);
   case UnaryOp::rsqrt: return 1 / std::sqrt(x);
   case UnaryOp::square: return x * x;
+  case UnaryOp::softplus: return x > 20 ? x : std::log1p(std::exp(x)); // torch's threshold 20
   }
   return 0;
 }
@@ -53,6 +54,7 @@ double df_ref(UnaryOp op, double x) {
   case UnaryOp::log: return 1 / x;
   case UnaryOp::rsqrt: return -0.5 * std::pow(x, -1.5);
   case UnaryOp::square: return 2 * x;
+  case UnaryOp::softplus: return x > 20 ? 1 : sigmoid(x);
   }
   return 0;
 }
@@ -63,6 +65,7 @@ std::pair<double, double> input_range(UnaryOp op) {
   case UnaryOp::log:
   case UnaryOp::rsqrt: return {0.01, 50};
   case UnaryOp::exp: return {-20, 20};
+  case UnaryOp::softplus: return {-25, 25}; // both sides of the linear branch at 20
   default: return {-12, 12};
   }
 }
@@ -105,7 +108,7 @@ template <typename T> void check_unary(UnaryOp op, int64_t n) {
 
 TEST_CASE("activation kernel: unary_fwd/bwd of every op against double formulas", "[activation]") {
   using enum UnaryOp;
-  for (UnaryOp op : {sigmoid, silu, gelu_erf, gelu_tanh, exp, log, rsqrt, square})
+  for (UnaryOp op : {sigmoid, silu, gelu_erf, gelu_tanh, exp, log, rsqrt, square, softplus})
     for (int64_t n : {1, 3, 17, 1003}) {
       check_unary<float>(op, n);
       check_unary<double>(op, n);

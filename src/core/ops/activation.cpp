@@ -25,6 +25,7 @@ struct UnaryBackward final : Node {
     case UnaryOp::log: return "LogBackward";
     case UnaryOp::rsqrt: return "RsqrtBackward";
     case UnaryOp::square: return "SquareBackward";
+    case UnaryOp::softplus: return "SoftplusBackward";
     }
     return "UnaryBackward";
   }
@@ -129,6 +130,7 @@ Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
 Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
 Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
+Tensor softplus(const Tensor& x) { return unary(UnaryOp::softplus, x); }
 
 Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
   check_float("swiglu", "gate", gate_in);

@@ -16,6 +16,10 @@ Tensor sigmoid(const Tensor& x);
 // x * sigmoid(x)
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
+// torch.nn.functional.softplus (beta 1, threshold 20): log(1 + e^x), x itself for x > 20;
+// derivative sigmoid(x) (1 above the threshold). Qwen3.5's decay g = -exp(A_log) ·
+// softplus(a + dt_bias) runs it in fp32.
+Tensor softplus(const Tensor& x);
 // silu(gate) * up in one kernel; gate and up have the same shape and dtype.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 // Softmax over the last dim (max-subtracted, sums in f32/f64).

@@ -5,6 +5,7 @@
 #include "kernels/norm.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/elementwise.h"
 
 namespace vlm {
 
@@ -271,6 +272,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     record(node, {&x, &weight, &bias}, {&out});
   }
   return out;
+}
+
+Tensor l2_normalize(const Tensor& x, double eps) {
+  const char* op = "l2_normalize";
+  check_input(op, x, eps);
+  const double dim = double(x.size(-1));
+  const Tensor xw = x.dtype() == DType::bf16 ? x.to(DType::f32) : x;
+  return scale(rms_norm(xw, Tensor(), eps / dim), 1.0 / std::sqrt(dim)).to(x.dtype());
 }
 
 } // namespace vlm

@@ -19,5 +19,10 @@ Tensor rms_norm_zero_centered(const Tensor& x, const Tensor& weight, double eps)
 Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, double eps);
 // LayerNorm with biased variance: y = (x - mean) * rsqrt(var + eps) ⊙ weight + bias.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// y = x / sqrt(Σ_j x_j² + eps) over the last dim (Qwen3.5's q/k normalization in the Gated
+// DeltaNet layer, eps 1e-6, in fp32). Composed from differentiable ops: the weightless RMSNorm
+// with eps / D, x / sqrt(mean(x²) + eps / D) = sqrt(D) · y, scaled by 1 / sqrt(D). bf16 input is
+// widened to f32 and the result rounded to bf16 once.
+Tensor l2_normalize(const Tensor& x, double eps);
 
 } // namespace vlm

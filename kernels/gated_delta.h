@@ -1,0 +1,82 @@
+// The gated delta rule (Qwen3.5's Gated DeltaNet core, qwen-models.md §3.4.6) over packed
+// variable-length documents.
+//
+// q, k: [T, HK, dk]; v: [T, HV, dv]; g, beta: [T, HV]; out: [T, HV, dv]; all
+// contiguous, the T tokens being `docs` documents back to back (document b spans tokens
+// [cu_seqlens[b], cu_seqlens[b+1]), cu_seqlens on the host). Value head j reads q/k head
+// j / (HV / HK). Per value head, with a state S [dk, dv] that is zero at every document start (or
+// initial_state's), for each token t of the document in order:
+//   S <- exp(g_t) · S                        (decay first; g_t <= 0 is the log decay)
+//   S <- S + k_t · (beta_t · (v_t - Sᵀ k_t))ᵀ (delta rule on the decayed state)
+//   out_t = Sᵀ (scale · q_t)                 (read-out includes token t)
+// q and k arrive already L2-normalized (the caller's business). All arithmetic in T (the kernels
+// are built for float and double; bf16 activations are widened by the op above).
+//
+// Two forms compute it: the recurrence (token by token: the reference) and the chunked form
+// (qwen-models.md §3.5: chunks of kChunk tokens counted from each document's start, never
+// straddling documents; WY/UT transform with T = (I + A)^-1; inter-chunk state recurrence).
+// The chunked backward follows §3.6 and recomputes what it needs from the inputs (nothing is
+// saved by the forward). Every output element is written by one thread in a fixed order:
+// results do not depend on the thread count. GVA: dq and dk are the sums over the HV / HK value
+// heads of a k-head, added in head order. The backward takes no gradient of final_state (it is
+// treated as unused): gradients are those of the loss through `out` alone.
+//
+// CPU threading and numerics: OpenMP over (document, value head) pairs; a packed document gives
+// the same bits as the document run alone. While they run, the kernels flush subnormals to zero
+// (x86 MXCSR FTZ/DAZ on each worker thread, restored on return): strong decays otherwise produce
+// them in the chunked form at a large cost. Chunked backward scratch per thread: about
+// L·(dk + dv + 64) + (L / 64)·dk·dv values for the longest document of L tokens, plus
+// 2·T·HV·dk for the per-value-head dq / dk when HV > HK.
+//
+// States: initial_state (may be null: zeros) and final_state (out, may be null) are
+// [docs, HV, dk, dv]: document b starts from initial_state[b] and leaves final_state[b]
+// (generation keeps it between calls).
+#pragma once
+
+#include <cstdint>
+
+#include "src/base/dtype.h"
+
+namespace vlm::kernels {
+
+struct GatedDeltaShape {
+  int64_t tokens = 0;  // T
+  int64_t k_heads = 0; // HK
+  int64_t v_heads = 0; // HV, a multiple of HK
+  int64_t k_dim = 0;   // dk
+  int64_t v_dim = 0;   // dv
+  int64_t docs = 0;    // cu_seqlens has docs + 1 entries: 0, ..., T (non-decreasing)
+  double scale = 1.0;  // multiplies q, typically dk^-0.5
+};
+
+// Tokens per chunk of the chunked form.
+constexpr int64_t kGatedDeltaChunk = 64;
+
+namespace cpu {
+
+// The recurrence (reference). out (=), final_state (=, may be null).
+template <typename T>
+void gated_delta_recurrent_fwd(T* out, T* final_state, const T* q, const T* k, const T* v,
+                               const T* g, const T* beta, const T* initial_state,
+                               const int32_t* cu_seqlens, const GatedDeltaShape& shape);
+// Its backward (reference): dq, dk, dv, dg, dbeta (=); d_initial_state (=, may be null). Keeps
+// every per-token state of a document (memory T·HV·dk·dv): for tests and self-checks only.
+template <typename T>
+void gated_delta_recurrent_bwd(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* d_initial_state,
+                               const T* dout, const T* q, const T* k, const T* v, const T* g,
+                               const T* beta, const T* initial_state, const int32_t* cu_seqlens,
+                               const GatedDeltaShape& shape);
+
+// The chunked form (what the op uses). Same arguments and results as the recurrence.
+template <typename T>
+void gated_delta_chunk_fwd(T* out, T* final_state, const T* q, const T* k, const T* v, const T* g,
+                           const T* beta, const T* initial_state, const int32_t* cu_seqlens,
+                           const GatedDeltaShape& shape);
+template <typename T>
+void gated_delta_chunk_bwd(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* d_initial_state, const T* dout,
+                           const T* q, const T* k, const T* v, const T* g, const T* beta,
+                           const T* initial_state, const int32_t* cu_seqlens,
+                           const GatedDeltaShape& shape);
+
+} // namespace cpu
+} // namespace vlm::kernels

@@ -1,0 +1,106 @@
+#include "src/core/ops/conv1d.h"
+
+#include "kernels/conv1d.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/common.h"
+
+namespace vlm {
+
+using namespace ops_detail;
+
+namespace {
+
+constexpr const char* kOp = "causal_conv1d";
+
+// A contiguous copy without autograd history (what kernels read and nodes save).
+Tensor plain(const Tensor& t) {
+  NoGradGuard no_grad;
+  return t.contiguous().detach();
+}
+
+// cu_seqlens: [docs+1] i32 on the CPU, starts at 0, ends at T = x.size(0), never decreases.
+void check_cu_seqlens(const Tensor& cu, const Tensor& x) {
+  check_defined(kOp, "cu_seqlens", cu);
+  VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2, kOp,
+            ": cu_seqlens must be [docs+1] i32 with docs >= 1, got ", describe("cu_seqlens", cu));
+  VLM_CHECK(cu.device().is_cpu(), kOp, ": cu_seqlens must be on the CPU, got ",
+            describe("cu_seqlens", cu));
+  const Tensor c = cu.contiguous();
+  const int32_t* v = c.data<int32_t>();
+  const int64_t n = c.size(0);
+  VLM_CHECK(v[0] == 0, kOp, ": cu_seqlens[0] must be 0, got ", v[0], " (",
+            describe("cu_seqlens", cu), ")");
+  for (int64_t b = 1; b < n; b++)
+    VLM_CHECK(v[b] >= v[b - 1], kOp, ": cu_seqlens must be non-decreasing, but cu_seqlens[", b,
+              "] = ", v[b], " < cu_seqlens[", b - 1, "] = ", v[b - 1]);
+  VLM_CHECK(v[n - 1] == x.size(0), kOp, ": cu_seqlens[", n - 1, "] = ", v[n - 1],
+            " must equal the token count of ", describe("x", x), " (x is [T, C])");
+}
+
+[[noreturn]] void no_cuda_kernel() { VLM_FAIL(kOp, ": no CUDA kernel yet (CPU only)"); }
+
+struct CausalConv1dBackward final : Node {
+  Tensor x, weight, cu_seqlens; // contiguous, no history; cu_seqlens a private CPU copy
+  bool silu = false;
+  const char* name() const override { return "CausalConv1dBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    VLM_CHECK(grads[0].shape() == x.shape() && grads[0].dtype() == x.dtype(), name(), ": ",
+              describe("grad", grads[0]), " does not match ", describe("x", x));
+    Tensor dy = grads[0].contiguous();
+    Tensor dx = needs_input_grad(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor dw =
+        needs_input_grad(1) ? Tensor::empty(weight.shape(), x.dtype(), x.device()) : Tensor();
+    dispatch(
+        name(), x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::causal_conv1d_bwd<T>(
+              dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
+              dy.data<T>(), x.data<T>(), weight.data<T>(), cu_seqlens.data<int32_t>(),
+              cu_seqlens.size(0) - 1, x.size(0), x.size(1), weight.size(1), silu);
+        },
+        [&](auto, void*) { no_cuda_kernel(); });
+    return {dx, dw};
+  }
+  void release() override { x = weight = cu_seqlens = Tensor(); }
+};
+
+} // namespace
+
+Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& cu_seqlens, bool silu) {
+  check_float(kOp, "x", x);
+  check_float(kOp, "weight", weight);
+  check_same_dtype(kOp, "x", x, "weight", weight);
+  check_same_device(kOp, "x", x, "weight", weight);
+  check_dim(kOp, "x", x, 2);
+  check_dim(kOp, "weight", weight, 2);
+  VLM_CHECK(weight.size(0) == x.size(1) && weight.size(1) >= 1, kOp, ": ",
+            describe("weight", weight), " must be [C, K] with K >= 1 for ", describe("x", x),
+            " ([T, C])");
+  // A private host copy: backward must see the validated offsets.
+  Tensor cu = cu_seqlens.defined() && cu_seqlens.device().is_cpu() ? cu_seqlens.contiguous().clone()
+                                                                   : cu_seqlens;
+  check_cu_seqlens(cu, x);
+  Tensor xc = plain(x), wc = plain(weight);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch(
+      kOp, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::causal_conv1d_fwd<T>(out.data<T>(), xc.data<T>(), wc.data<T>(),
+                                           cu.data<int32_t>(), cu.size(0) - 1, x.size(0), x.size(1),
+                                           weight.size(1), silu);
+      },
+      [&](auto, void*) { no_cuda_kernel(); });
+  if (needs_grad({&x, &weight})) {
+    auto node = std::make_shared<CausalConv1dBackward>();
+    node->x = xc;
+    node->weight = wc;
+    node->cu_seqlens = cu;
+    node->silu = silu;
+    record(node, {&x, &weight}, {&out});
+  }
+  return out;
+}
+
+} // namespace vlm
