@@ -32,7 +32,10 @@ ParamKind param_kind_by_name(const std::string& name) {
     if (ends_with(module, "norm")) return ParamKind::norm;
     if (module == "pos_embed") return ParamKind::embedding;
   }
-  if (ends_with(name, ".bias")) return ParamKind::bias;
+  // Gated DeltaNet's per-head decay parameters are offsets like a bias (FLA and Megatron exempt
+  // them from weight decay as well).
+  if (ends_with(name, ".bias") || ends_with(name, ".dt_bias") || ends_with(name, ".A_log"))
+    return ParamKind::bias;
   if (ends_with(name, "embed_tokens.weight")) return ParamKind::embedding;
   return ParamKind::weight;
 }

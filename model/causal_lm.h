@@ -33,7 +33,7 @@ const char* param_group_name(ParamGroup g);
 
 // What a parameter is, for weight decay:
 //   norm       any norm weight
-//   bias       any bias
+//   bias       any bias; Gated DeltaNet's A_log and dt_bias
 //   embedding  token embeddings (also the head of a tied model), the vision position table
 //   weight     every other weight, including an untied lm_head
 enum class ParamKind : uint8_t { weight, norm, bias, embedding };
@@ -45,7 +45,8 @@ struct ParamRole {
 
 // The kind by the HF naming conventions every Qwen family follows: "...norm.weight" and
 // "...normN.weight" (input / post-attention layernorm, q/k norms, the final norm, the vision
-// blocks' norm1 / norm2), "....bias", "...embed_tokens.weight" and the vision position table
+// blocks' norm1 / norm2), "....bias" (and "...dt_bias", "...A_log"), "...embed_tokens.weight" and
+// the vision position table
 // "...pos_embed.weight" (embeddings).
 ParamKind param_kind_by_name(const std::string& name);
 

@@ -9,10 +9,6 @@
 
 namespace vlm::model {
 
-int64_t KVCache::length() const {
-  return layers.empty() || !layers[0].keys.defined() ? 0 : layers[0].keys.size(0);
-}
-
 Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, KVCache::Layer& cache,
                         double softmax_scale) {
   const int64_t T = q.size(0), heads = q.size(1), D = q.size(2), kv_heads = k.size(1);

@@ -16,29 +16,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/text/decoder_layer.h"
+#include "model/text/text_config.h"
 
 namespace vlm::model {
 
-struct Qwen3Config {
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;         // H
-  int64_t intermediate_size = 0;   // I (MLP)
-  int64_t num_hidden_layers = 0;   // L
-  int64_t num_attention_heads = 0; // Hq
-  int64_t num_key_value_heads = 0; // Hkv; Hq % Hkv == 0 (GQA)
-  int64_t head_dim = 128;          // D; Hq·D may differ from H (Qwen3-0.6B: 2048 vs 1024)
-  double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
-  bool tie_word_embeddings = false; // lm_head = embed_tokens (no lm_head.weight in the file)
-  bool attention_bias = false;      // biases on q/k/v/o_proj (false for every released Qwen3)
-  double initializer_range = 0.02;  // std of the normal init of Linear and Embedding weights
-  int64_t max_position_embeddings = 32768;
-  std::string torch_dtype = "bfloat16"; // dtype of the stored weights ("float32", "bfloat16")
-  // bos_token_id / eos_token_id / pad_token_id as the source had them (eos may be a list):
-  // carried through to the written config.json, unused by the model.
-  nlohmann::json token_ids = nlohmann::json::object();
-
+struct Qwen3Config : TextConfig {
   // Throws vlm::Error naming the first invalid field (sizes > 0, Hq % Hkv == 0, eps > 0, ...).
   void validate() const;
   // Parses an HF config.json object; `where` (the file name) prefixes every error message.
@@ -49,8 +31,6 @@ struct Qwen3Config {
   // transformers-5 rope_parameters and the legacy rope_theta, torch_dtype and dtype).
   nlohmann::json to_json() const;
 
-  // The sizes of one decoder layer.
-  DecoderLayerConfig decoder_layer() const;
   // Parameter count (lm_head included only when untied).
   int64_t num_parameters() const;
   // "Qwen3(H=64, L=2, Hq=4, Hkv=2, D=32, I=128, vocab=512, tied)"

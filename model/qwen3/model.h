@@ -21,17 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "model/causal_lm.h"
 #include "model/qwen3/config.h"
-#include "model/text/decoder_layer.h"
-#include "src/core/ops/rope.h"
-#include "src/nn/embedding.h"
-#include "src/nn/linear.h"
-#include "src/nn/rms_norm.h"
+#include "model/text/text_causal_lm.h"
 
 namespace vlm::model {
 
-class Qwen3ForCausalLM : public CausalLM {
+class Qwen3ForCausalLM : public TextCausalLM {
 public:
   // Declares every parameter in `param_dtype` (f32, bf16 or f64); validates the config.
   explicit Qwen3ForCausalLM(const Qwen3Config& config, DType param_dtype = DType::f32);
@@ -39,16 +34,13 @@ public:
 
   const Qwen3Config& config() const { return config_; }
   bool tied() const { return config_.tie_word_embeddings; }
-  const nn::Embedding& embed_tokens() const { return *embed_; }
+  const nn::Embedding& embed_tokens() const { return text_->embed_tokens(); }
 
   // --- CausalLM ---------------------------------------------------------------------------------
   std::string model_type() const override { return "qwen3"; }
-  DType param_dtype() const override { return dtype_; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }
   Tensor hidden_states(const Batch& batch) const override;
-  // lm_head.weight, or model.embed_tokens.weight when tied.
-  const Tensor& head_weight() const override;
   // The decoder layers.
   std::vector<nn::Module*> blocks() const override;
   // Everything is the language model; kinds by param_kind_by_name.
@@ -60,14 +52,7 @@ public:
   std::string summary() const override { return config_.summary(); }
 
 private:
-  void check_batch(const Batch& batch) const;
-
   Qwen3Config config_;
-  DType dtype_;
-  std::shared_ptr<nn::Embedding> embed_;
-  std::shared_ptr<nn::ModuleList> layers_;
-  std::shared_ptr<nn::RMSNorm> norm_;
-  std::shared_ptr<nn::Linear> lm_head_; // null when tied
 };
 
 } // namespace vlm::model

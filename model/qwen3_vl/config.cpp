@@ -12,10 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-// As Qwen3Config's: far above any released model.
-constexpr int64_t kMaxDimension = int64_t(1) << 24;
-constexpr int64_t kMaxLayers = 4096;
-
 // The text side's RoPE: theta and mrope_section from rope_parameters (transformers 5) or the
 // legacy rope_theta + rope_scaling (4.x).
 void read_rope(const json& t, const std::string& where, Qwen3VLConfig& c) {
@@ -36,55 +32,22 @@ void read_rope(const json& t, const std::string& where, Qwen3VLConfig& c) {
 
 } // namespace
 
-DecoderLayerConfig Qwen3VLConfig::decoder_layer() const {
-  return {hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
-          head_dim,    rms_norm_eps,      attention_bias,      initializer_range};
+Qwen3VLConfig::Qwen3VLConfig() {
+  rope_theta = 500000.0;
+  max_position_embeddings = 128000;
+  vision_model_type = "qwen3_vl_vision";
 }
 
 void Qwen3VLConfig::validate() const {
-  auto positive = [](const char* name, int64_t v) {
-    VLM_CHECK(v > 0 && v <= kMaxDimension, "Qwen3VLConfig: text ", name, " must be in [1, ",
-              kMaxDimension, "], got ", v);
-  };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("intermediate_size", intermediate_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("num_key_value_heads", num_key_value_heads);
-  positive("head_dim", head_dim);
-  positive("max_position_embeddings", max_position_embeddings);
-  VLM_CHECK(num_hidden_layers <= kMaxLayers,
-            "Qwen3VLConfig: num_hidden_layers must be <= ", kMaxLayers, ", got ",
-            num_hidden_layers);
-  VLM_CHECK(num_attention_heads * head_dim <= kMaxDimension,
-            "Qwen3VLConfig: num_attention_heads x head_dim must be <= ", kMaxDimension);
-  VLM_CHECK(num_attention_heads % num_key_value_heads == 0, "Qwen3VLConfig: num_attention_heads (",
-            num_attention_heads, ") must be a multiple of num_key_value_heads (",
-            num_key_value_heads, ")");
-  VLM_CHECK(head_dim % 2 == 0, "Qwen3VLConfig: head_dim must be even for RoPE, got ", head_dim);
+  validate_text("Qwen3VLConfig (text)");
   VLM_CHECK(mrope_section[0] >= 0 && mrope_section[1] >= 0 && mrope_section[2] >= 0 &&
                 mrope_section[0] + mrope_section[1] + mrope_section[2] == head_dim / 2,
             "Qwen3VLConfig: mrope_section [", mrope_section[0], ", ", mrope_section[1], ", ",
             mrope_section[2], "] must be non-negative and sum to head_dim / 2 = ", head_dim / 2);
-  VLM_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
-            "Qwen3VLConfig: rms_norm_eps must be > 0");
-  VLM_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "Qwen3VLConfig: rope_theta must be > 0");
-  VLM_CHECK(initializer_range >= 0 && std::isfinite(initializer_range),
-            "Qwen3VLConfig: initializer_range must be >= 0");
-  vision.validate();
-  VLM_CHECK(vision.out_hidden_size == hidden_size, "Qwen3VLConfig: vision_config.out_hidden_size (",
-            vision.out_hidden_size, ") must equal the text hidden_size (", hidden_size, ")");
+  validate_vision("Qwen3VLConfig", vocab_size, hidden_size);
   VLM_CHECK(int64_t(vision.deepstack_visual_indexes.size()) <= num_hidden_layers,
             "Qwen3VLConfig: ", vision.deepstack_visual_indexes.size(),
             " DeepStack features need as many text layers, the model has ", num_hidden_layers);
-  for (auto [name, id] : {std::pair{"image_token_id", image_token_id},
-                          {"video_token_id", video_token_id},
-                          {"vision_start_token_id", vision_start_token_id},
-                          {"vision_end_token_id", vision_end_token_id}})
-    VLM_CHECK(id >= 0 && id < vocab_size, "Qwen3VLConfig: ", name, " = ", id,
-              " is outside the vocabulary [0, ", vocab_size, ")");
-  VLM_CHECK(token_ids.is_object(), "Qwen3VLConfig: token_ids must be a JSON object");
 }
 
 Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& where) {
@@ -100,39 +63,17 @@ Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& where) 
             "'; expected \"qwen3_vl_text\"");
 
   Qwen3VLConfig c;
-  c.vocab_size = json_int(t, "vocab_size", tw, 151936);
-  c.hidden_size = json_int(t, "hidden_size", tw);
-  c.intermediate_size = json_int(t, "intermediate_size", tw);
-  c.num_hidden_layers = json_int(t, "num_hidden_layers", tw);
-  c.num_attention_heads = json_int(t, "num_attention_heads", tw);
-  c.num_key_value_heads = json_int(t, "num_key_value_heads", tw, c.num_attention_heads);
-  c.head_dim = json_int(t, "head_dim", tw, 128);
-  c.rms_norm_eps = json_double(t, "rms_norm_eps", tw, 1e-6);
-  c.attention_bias = json_bool(t, "attention_bias", tw, false);
-  c.initializer_range = json_double(t, "initializer_range", tw, 0.02);
-  c.max_position_embeddings = json_int(t, "max_position_embeddings", tw, 128000);
+  c.read_text_json(t, tw, TextDefaults{151936, 128, 128000});
   read_rope(t, tw, c);
-  const std::string act = json_string(t, "hidden_act", tw, "silu");
-  VLM_CHECK(act == "silu", tw, ": key 'hidden_act' is '", act,
-            "'; the text MLP is SwiGLU (\"silu\"), nothing else is implemented");
   c.tie_word_embeddings =
       json_bool(j, "tie_word_embeddings", where, json_bool(t, "tie_word_embeddings", tw, false));
 
-  const std::string vw = where + " (vision_config)";
-  const json v = json_object(j, "vision_config", where);
-  c.vision = VisionConfig::from_json(v, vw);
-  c.vision_model_type = json_string(v, "model_type", vw, "qwen3_vl_vision");
-  c.image_token_id = json_int(j, "image_token_id", where, c.image_token_id);
-  c.video_token_id = json_int(j, "video_token_id", where, c.video_token_id);
-  c.vision_start_token_id = json_int(j, "vision_start_token_id", where, c.vision_start_token_id);
-  c.vision_end_token_id = json_int(j, "vision_end_token_id", where, c.vision_end_token_id);
+  c.read_vision_json(j, where, "qwen3_vl_vision");
   c.torch_dtype =
       json_string(j, "dtype", where,
                   json_string(j, "torch_dtype", where, json_string(t, "dtype", tw, "bfloat16")));
-  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-    if (has_key(t, key)) c.token_ids[key] = t[key];
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (has_key(j, key)) c.token_ids[key] = j[key];
-  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -144,36 +85,17 @@ Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& where) 
 json Qwen3VLConfig::to_json() const {
   json t;
   t["model_type"] = "qwen3_vl_text";
-  t["vocab_size"] = vocab_size;
-  t["hidden_size"] = hidden_size;
-  t["intermediate_size"] = intermediate_size;
-  t["num_hidden_layers"] = num_hidden_layers;
-  t["num_attention_heads"] = num_attention_heads;
-  t["num_key_value_heads"] = num_key_value_heads;
-  t["head_dim"] = head_dim;
-  t["hidden_act"] = "silu";
-  t["rms_norm_eps"] = rms_norm_eps;
+  write_text_json(t);
   t["rope_parameters"] = {{"rope_type", "default"},
                           {"rope_theta", rope_theta},
                           {"mrope_section", mrope_section},
                           {"mrope_interleaved", true}};
-  t["attention_bias"] = attention_bias;
-  t["attention_dropout"] = 0.0;
-  t["initializer_range"] = initializer_range;
-  t["max_position_embeddings"] = max_position_embeddings;
-  t["tie_word_embeddings"] = tie_word_embeddings;
-  t["use_cache"] = true;
-  t["dtype"] = torch_dtype;
 
   json j;
   j["architectures"] = {"Qwen3VLForConditionalGeneration"};
   j["model_type"] = "qwen3_vl";
   j["text_config"] = t;
-  j["vision_config"] = vision.to_json(vision_model_type);
-  j["image_token_id"] = image_token_id;
-  j["video_token_id"] = video_token_id;
-  j["vision_start_token_id"] = vision_start_token_id;
-  j["vision_end_token_id"] = vision_end_token_id;
+  write_vision_json(j);
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["dtype"] = torch_dtype;
   j["torch_dtype"] = torch_dtype;
@@ -185,25 +107,12 @@ json Qwen3VLConfig::to_json() const {
 }
 
 int64_t Qwen3VLConfig::num_parameters() const {
-  const int64_t H = hidden_size, D = head_dim, q = num_attention_heads * D,
-                kv = num_key_value_heads * D;
-  int64_t attn = H * q + 2 * H * kv + q * H + 2 * D;
-  if (attention_bias) attn += q + 2 * kv + H;
-  const int64_t layer = attn + 3 * H * intermediate_size + 2 * H;
-  return vocab_size * H * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + H +
+  return embedding_parameters() + num_hidden_layers * decoder_layer_parameters() +
          vision.num_parameters();
 }
 
 std::string Qwen3VLConfig::summary() const {
-  std::ostringstream os;
-  os << "Qwen3-VL(text H=" << hidden_size << ", L=" << num_hidden_layers
-     << ", Hq=" << num_attention_heads << ", Hkv=" << num_key_value_heads << ", D=" << head_dim
-     << ", I=" << intermediate_size << ", vocab=" << vocab_size
-     << (tie_word_embeddings ? ", tied" : ", untied") << "; vision depth=" << vision.depth
-     << ", Hv=" << vision.hidden_size << ", heads=" << vision.num_heads
-     << ", Iv=" << vision.intermediate_size
-     << ", deepstack=" << vision.deepstack_visual_indexes.size() << ")";
-  return os.str();
+  return "Qwen3-VL(text " + text_summary() + "; " + vision_summary() + ")";
 }
 
 Qwen3VLConfig tiny_qwen3_vl_config(bool tie_word_embeddings) {

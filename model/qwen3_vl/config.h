@@ -17,40 +17,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/text/decoder_layer.h"
-#include "model/vision/vision_config.h"
+#include "model/text/text_config.h"
+#include "model/vision/vision_language.h"
 
 namespace vlm::model {
 
-struct Qwen3VLConfig {
-  // --- text (text_config) ---
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;
-  int64_t num_hidden_layers = 0;
-  int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;
-  int64_t head_dim = 128;
-  double rms_norm_eps = 1e-6;
-  double rope_theta = 500000.0;
+struct Qwen3VLConfig : TextConfig, VisionLanguageFields {
   std::array<int64_t, 3> mrope_section = {24, 20, 20}; // slots of t, h, w; sum = head_dim / 2
-  bool attention_bias = false;
-  double initializer_range = 0.02;
-  int64_t max_position_embeddings = 128000;
-  bool tie_word_embeddings = false;
-  // --- vision (vision_config) ---
-  VisionConfig vision;
-  std::string vision_model_type = "qwen3_vl_vision";
-  // --- special tokens ---
-  int64_t image_token_id = 151655;
-  int64_t video_token_id = 151656;
-  int64_t vision_start_token_id = 151652;
-  int64_t vision_end_token_id = 151653;
-  std::string torch_dtype = "bfloat16";
-  // bos / eos / pad as the source had them (top level and text_config), carried through.
-  nlohmann::json token_ids = nlohmann::json::object();
 
-  DecoderLayerConfig decoder_layer() const;
+  Qwen3VLConfig();
   // Throws vlm::Error naming the first invalid field.
   void validate() const;
   static Qwen3VLConfig from_json(const nlohmann::json& j, const std::string& where);

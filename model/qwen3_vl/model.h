@@ -12,27 +12,21 @@
 //      document; [T] ids mean text-only positions), causal within each document; after layer k
 //      the k-th DeepStack feature is added at the image positions;
 //   4. the final RMSNorm; the head and the loss are model/lm_loss.h's.
-// A batch without images still runs the tower, on one blank 2x2-patch image whose features are
-// scaled by 0: every vision parameter then gets a gradient (exactly zero) and every vision block
-// runs, so each step has the same gradients and the same blocks, whatever its data (FSDP needs
-// both).
+// A batch without images still runs the tower (model/vision/vision_language.h:
+// fuse_image_features).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/causal_lm.h"
 #include "model/qwen3_vl/config.h"
-#include "model/text/decoder_layer.h"
+#include "model/text/text_causal_lm.h"
 #include "model/vision/vision_tower.h"
-#include "src/nn/embedding.h"
-#include "src/nn/linear.h"
-#include "src/nn/rms_norm.h"
 
 namespace vlm::model {
 
-class Qwen3VLForConditionalGeneration : public CausalLM {
+class Qwen3VLForConditionalGeneration : public TextCausalLM {
 public:
   explicit Qwen3VLForConditionalGeneration(const Qwen3VLConfig& config,
                                            DType param_dtype = DType::f32);
@@ -43,12 +37,10 @@ public:
 
   // --- CausalLM ---------------------------------------------------------------------------------
   std::string model_type() const override { return "qwen3_vl"; }
-  DType param_dtype() const override { return dtype_; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }
   bool has_vision() const override { return true; }
   Tensor hidden_states(const Batch& batch) const override;
-  const Tensor& head_weight() const override;
   // The vision blocks, then the decoder layers (forward order).
   std::vector<nn::Module*> blocks() const override;
   // model.visual.merger.* and model.visual.deepstack_merger_list.* are "mlp", every other
@@ -63,15 +55,8 @@ public:
   std::string summary() const override { return config_.summary(); }
 
 private:
-  void check_batch(const Batch& batch) const;
-
   Qwen3VLConfig config_;
-  DType dtype_;
   std::shared_ptr<VisionTower> visual_;
-  std::shared_ptr<nn::Embedding> embed_;
-  std::shared_ptr<nn::ModuleList> layers_;
-  std::shared_ptr<nn::RMSNorm> norm_;
-  std::shared_ptr<nn::Linear> lm_head_; // null when tied
 };
 
 } // namespace vlm::model

@@ -53,13 +53,8 @@ Qwen3VLConfig released(const Size& s) {
   return c;
 }
 
-// The preset adapted to the tokenizer: vocabulary and special ids.
 nlohmann::json adapted(Qwen3VLConfig c, const PresetOptions& o) {
-  c.vocab_size = std::max<int64_t>(c.vocab_size, (o.min_vocab_size + 63) / 64 * 64);
-  if (o.image_token_id >= 0) c.image_token_id = o.image_token_id;
-  if (o.video_token_id >= 0) c.video_token_id = o.video_token_id;
-  if (o.vision_start_token_id >= 0) c.vision_start_token_id = o.vision_start_token_id;
-  if (o.vision_end_token_id >= 0) c.vision_end_token_id = o.vision_end_token_id;
+  adapt_to_tokenizer(c.vocab_size, c, o);
   return c.to_json();
 }
 

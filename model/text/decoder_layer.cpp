@@ -1,69 +1,45 @@
 #include "model/text/decoder_layer.h"
 
-#include <cmath>
-
-#include "src/core/ops/activation.h"
-#include "src/core/ops/attention.h"
 #include "src/core/ops/elementwise.h"
-#include "src/core/ops/shape_ops.h"
 
 namespace vlm::model {
 
-Qwen3DecoderLayer::Qwen3DecoderLayer(const DecoderLayerConfig& c, DType dtype)
-    : head_dim_(c.head_dim) {
-  nn::LinearOptions attn_opts;
-  attn_opts.bias = c.attention_bias;
-  attn_opts.weight_init = nn::Init::normal(c.initializer_range);
-  attn_opts.dtype = dtype;
-  nn::LinearOptions mlp_opts = attn_opts;
-  mlp_opts.bias = false;
-  nn::RMSNormOptions norm_opts;
-  norm_opts.eps = c.rms_norm_eps;
-  norm_opts.dtype = dtype;
-  const int64_t H = c.hidden_size, q_dim = c.num_attention_heads * head_dim_,
-                kv_dim = c.num_key_value_heads * head_dim_;
-
-  // Registration order = HF's state-dict order.
-  auto& attn = *register_module("self_attn", std::make_shared<nn::Module>());
-  q_ = attn.register_module("q_proj", std::make_shared<nn::Linear>(H, q_dim, attn_opts));
-  k_ = attn.register_module("k_proj", std::make_shared<nn::Linear>(H, kv_dim, attn_opts));
-  v_ = attn.register_module("v_proj", std::make_shared<nn::Linear>(H, kv_dim, attn_opts));
-  o_ = attn.register_module("o_proj", std::make_shared<nn::Linear>(q_dim, H, attn_opts));
-  q_norm_ = attn.register_module("q_norm", std::make_shared<nn::RMSNorm>(head_dim_, norm_opts));
-  k_norm_ = attn.register_module("k_norm", std::make_shared<nn::RMSNorm>(head_dim_, norm_opts));
-  auto& mlp = *register_module("mlp", std::make_shared<nn::Module>());
-  gate_ = mlp.register_module("gate_proj",
-                              std::make_shared<nn::Linear>(H, c.intermediate_size, mlp_opts));
-  up_ = mlp.register_module("up_proj",
-                            std::make_shared<nn::Linear>(H, c.intermediate_size, mlp_opts));
-  down_ = mlp.register_module("down_proj",
-                              std::make_shared<nn::Linear>(c.intermediate_size, H, mlp_opts));
-  in_norm_ = register_module("input_layernorm", std::make_shared<nn::RMSNorm>(H, norm_opts));
-  post_norm_ =
-      register_module("post_attention_layernorm", std::make_shared<nn::RMSNorm>(H, norm_opts));
+SelfAttentionConfig DecoderLayerConfig::attention() const {
+  SelfAttentionConfig a;
+  a.hidden_size = hidden_size;
+  a.num_attention_heads = num_attention_heads;
+  a.num_key_value_heads = num_key_value_heads;
+  a.head_dim = head_dim;
+  a.rms_norm_eps = rms_norm_eps;
+  a.attention_bias = attention_bias;
+  a.output_gate = attention_output_gate;
+  a.zero_centered_norms = zero_centered_norms;
+  a.initializer_range = initializer_range;
+  return a;
 }
 
-Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& cu_seqlens,
-                                  const RopeTables& rope_t, KVCache::Layer* cache) const {
-  const int64_t T = x.size(0);
-  // Head counts from the local weights: tensor parallelism shards q/k/v by heads.
-  const int64_t heads = q_->weight().size(0) / head_dim_;
-  const int64_t kv_heads = k_->weight().size(0) / head_dim_;
-  // Attention: q/k RMSNorm per head (over D) before RoPE; GQA inside the attention op.
-  Tensor h = in_norm_->forward(x);
-  Tensor q = q_norm_->forward(reshape(q_->forward(h), {T, heads, head_dim_}));
-  Tensor k = k_norm_->forward(reshape(k_->forward(h), {T, kv_heads, head_dim_}));
-  Tensor v = reshape(v_->forward(h), {T, kv_heads, head_dim_});
-  q = rope(q, rope_t);
-  k = rope(k, rope_t);
-  const double softmax_scale = 1.0 / std::sqrt(double(head_dim_));
-  Tensor a = cache ? cached_attention(q, k, v, *cache, softmax_scale)
-                   : attention(q, k, v, cu_seqlens, /*causal=*/true, softmax_scale);
-  Tensor x1 = add(x, o_->forward(reshape(a, {T, heads * head_dim_})));
-  // MLP: down(silu(gate(h)) * up(h)).
-  Tensor h2 = post_norm_->forward(x1);
-  Tensor gu = swiglu(gate_->forward(h2), up_->forward(h2));
-  return add(x1, down_->forward(gu));
+DecoderLayer::DecoderLayer(const DecoderLayerConfig& c, DType dtype)
+    : DecoderLayer(c, "self_attn", std::make_shared<SelfAttention>(c.attention(), dtype), dtype) {}
+
+DecoderLayer::DecoderLayer(const DecoderLayerConfig& c, const std::string& mixer_name,
+                           std::shared_ptr<TokenMixer> mixer, DType dtype) {
+  nn::RMSNormOptions norm_opts;
+  norm_opts.eps = c.rms_norm_eps;
+  norm_opts.zero_centered = c.zero_centered_norms;
+  norm_opts.dtype = dtype;
+  // Registration order = HF's state-dict order.
+  mixer_ = register_module(mixer_name, std::move(mixer));
+  mlp_ = register_module("mlp", std::make_shared<SwiGluMlp>(c.hidden_size, c.intermediate_size,
+                                                            c.initializer_range, dtype));
+  in_norm_ =
+      register_module("input_layernorm", std::make_shared<nn::RMSNorm>(c.hidden_size, norm_opts));
+  post_norm_ = register_module("post_attention_layernorm",
+                               std::make_shared<nn::RMSNorm>(c.hidden_size, norm_opts));
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const BlockContext& ctx) const {
+  const Tensor x1 = add(x, mixer_->forward(in_norm_->forward(x), ctx));
+  return add(x1, mlp_->forward(post_norm_->forward(x1)));
 }
 
 } // namespace vlm::model

@@ -1,24 +1,23 @@
-// The Qwen3 decoder layer (qwen-models.md §1.2), shared by the text stacks of Qwen3 and Qwen3-VL
-// (its full-attention layers differ in Qwen3.5): pre-RMSNorm GQA attention with per-head q/k
-// RMSNorm and (M)RoPE, causal within each document of cu_seqlens, then a SwiGLU MLP, both
-// residual. Parameter names are transformers': self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
-// mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm.
-//
-// The layer derives its head counts from its (possibly sharded) q/k/v weights, so tensor
-// parallelism can shard them by heads from outside.
+// The decoder layer of every Qwen text stack (qwen-models.md §1.2, §3.2-3.4): a pre-RMSNorm token
+// mixer (softmax attention, "self_attn", or Gated DeltaNet, "linear_attn") and a SwiGLU MLP, both
+// residual:
+//   x1 = x + mixer(input_layernorm(x));  out = x1 + mlp(post_attention_layernorm(x1)).
+// Qwen3 / Qwen3-VL norms are plain (w ⊙ x̂), Qwen3.5's zero-centred ((1 + w) ⊙ x̂). Parameter
+// names are transformers': <mixer>.*, mlp.{gate,up,down}_proj, input_layernorm,
+// post_attention_layernorm.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "model/kv_cache.h"
-#include "src/core/ops/rope.h"
-#include "src/nn/linear.h"
+#include "model/text/mlp.h"
+#include "model/text/self_attention.h"
+#include "model/text/text_block.h"
 #include "src/nn/rms_norm.h"
 
 namespace vlm::model {
 
-// The sizes a decoder layer needs (from a family's config).
+// The sizes of a Qwen3-style decoder layer (from a family's config).
 struct DecoderLayerConfig {
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -28,23 +27,27 @@ struct DecoderLayerConfig {
   double rms_norm_eps = 1e-6;
   bool attention_bias = false;
   double initializer_range = 0.02;
+  bool zero_centered_norms = false;   // Qwen3.5 (every norm of the layer, q/k norms included)
+  bool attention_output_gate = false; // Qwen3.5's gated attention
+
+  SelfAttentionConfig attention() const;
 };
 
-class Qwen3DecoderLayer : public nn::Module {
+class DecoderLayer : public TextBlock {
 public:
-  Qwen3DecoderLayer(const DecoderLayerConfig& config, DType dtype);
-  std::string type_name() const override { return "Qwen3DecoderLayer"; }
+  // A softmax-attention layer (self_attn).
+  DecoderLayer(const DecoderLayerConfig& config, DType dtype);
+  // A layer around another mixer, registered under `mixer_name` ("linear_attn").
+  DecoderLayer(const DecoderLayerConfig& config, const std::string& mixer_name,
+               std::shared_ptr<TokenMixer> mixer, DType dtype);
+  std::string type_name() const override { return "DecoderLayer"; }
 
-  // x: [T, H] -> [T, H]; rope: tables for the T positions (rope_tables or mrope_tables).
-  // With a cache (incremental decoding, model/kv_cache.h) cu_seqlens is not read: x continues
-  // the cached document.
-  Tensor forward(const Tensor& x, const Tensor& cu_seqlens, const RopeTables& rope,
-                 KVCache::Layer* cache = nullptr) const;
+  Tensor forward(const Tensor& x, const BlockContext& ctx) const override;
 
 private:
-  int64_t head_dim_;
-  std::shared_ptr<nn::Linear> q_, k_, v_, o_, gate_, up_, down_;
-  std::shared_ptr<nn::RMSNorm> q_norm_, k_norm_, in_norm_, post_norm_;
+  std::shared_ptr<TokenMixer> mixer_;
+  std::shared_ptr<SwiGluMlp> mlp_;
+  std::shared_ptr<nn::RMSNorm> in_norm_, post_norm_;
 };
 
 } // namespace vlm::model

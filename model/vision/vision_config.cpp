@@ -58,9 +58,11 @@ void VisionConfig::validate() const {
 VisionConfig VisionConfig::from_json(const nlohmann::json& j, const std::string& where) {
   VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
   const std::string type = json_string(j, "model_type", where, "qwen3_vl_vision");
-  VLM_CHECK(type == "qwen3_vl_vision" || type == "qwen3_vl", where, ": key 'model_type' is '", type,
-            "'; expected a Qwen3-VL vision tower");
+  const bool qwen3_5 = type == "qwen3_5_vision" || type == "qwen3_5";
+  VLM_CHECK(qwen3_5 || type == "qwen3_vl_vision" || type == "qwen3_vl", where,
+            ": key 'model_type' is '", type, "'; expected a Qwen3-VL or Qwen3.5 vision tower");
   VisionConfig c;
+  if (qwen3_5) c.deepstack_visual_indexes.clear(); // Qwen3.5's tower has no DeepStack
   c.depth = json_int(j, "depth", where, c.depth);
   c.hidden_size = json_int(j, "hidden_size", where, c.hidden_size);
   c.intermediate_size = json_int(j, "intermediate_size", where, c.intermediate_size);

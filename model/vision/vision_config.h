@@ -1,9 +1,10 @@
 // The vision tower's configuration (HF `vision_config`, qwen-models.md §2.1 and §2.4), shared by
 // Qwen3-VL and Qwen3.5. Reading follows transformers 5.24's Qwen3VLVisionConfig: absent keys take
 // its class defaults (the 27-layer tower of Qwen3-VL-8B); model_type may be "qwen3_vl_vision" or
-// the checkpoints' older "qwen3_vl" (transformers rewrites it on load). Only what the tower
-// computes is accepted: hidden_act "gelu_pytorch_tanh", square position tables, head dims that
-// are multiples of 4 (the 2-D rotary splits hd/2 into row and column halves).
+// the checkpoints' older "qwen3_vl" (transformers rewrites it on load), or Qwen3.5's
+// "qwen3_5_vision" / "qwen3_5", whose towers have no DeepStack (no default indexes). Only what the
+// tower computes is accepted: hidden_act "gelu_pytorch_tanh", square position tables, head dims
+// that are multiples of 4 (the 2-D rotary splits hd/2 into row and column halves).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Incremental decoding (model/kv_cache.h) against the full forward: for Qwen3 and for Qwen3-VL
-// with an image in the prompt, the logits of a prefill followed by one-token steps equal the rows
+// Incremental decoding (model/kv_cache.h) against the full forward: for Qwen3, and for Qwen3-VL
+// and Qwen3.5 (whose Gated DeltaNet layers cache conv history and recurrent state) with an image
+// in the prompt, the logits of a prefill followed by one-token steps equal the rows
 // of one forward over the whole sequence, and greedy_generate (which decodes with the cache)
 // picks the tokens that recomputing the whole sequence each step picks.
 #include <catch2/catch.hpp>
@@ -11,7 +12,6 @@
 #include "model/kv_cache.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
-#include "model/qwen3_vl/model.h"
 #include "src/core/autograd.h"
 #include "src/core/ops.h"
 
@@ -30,16 +30,17 @@ model::GenerateInput make_input(const CausalLM& m, int64_t text_tokens) {
   model::GenerateInput in;
   for (int64_t i = 0; i < 5; i++) in.prompt.push_back(int32_t(7 + 31 * i));
   if (m.has_vision()) {
-    const auto& c = static_cast<const Qwen3VLForConditionalGeneration&>(m).config();
+    const nlohmann::json c = m.hf_config(), v = c.at("vision_config");
     in.grids = {io::GridTHW{1, 4, 6}};
-    in.patch_dim = c.vision.patch_dim();
-    in.image_token_id = int32_t(c.image_token_id);
-    in.spatial_merge_size = c.vision.spatial_merge_size;
+    in.patch_dim = v.at("in_channels").get<int64_t>() * v.at("temporal_patch_size").get<int64_t>() *
+                   v.at("patch_size").get<int64_t>() * v.at("patch_size").get<int64_t>();
+    in.image_token_id = c.at("image_token_id").get<int32_t>();
+    in.spatial_merge_size = v.at("spatial_merge_size").get<int64_t>();
     for (int64_t i = 0; i < 24 * in.patch_dim; i++)
       in.pixel_values.push_back(float(((i * 7919) % 201) - 100) / 100.0f);
-    in.prompt.push_back(int32_t(c.vision_start_token_id));
+    in.prompt.push_back(c.at("vision_start_token_id").get<int32_t>());
     for (int i = 0; i < 6; i++) in.prompt.push_back(in.image_token_id);
-    in.prompt.push_back(int32_t(c.vision_end_token_id));
+    in.prompt.push_back(c.at("vision_end_token_id").get<int32_t>());
   }
   for (int64_t i = 0; i < text_tokens; i++) in.prompt.push_back(int32_t(11 + 17 * i));
   return in;
@@ -80,7 +81,8 @@ double max_abs(const std::vector<double>& v) {
 } // namespace
 
 TEST_CASE("kv cache: prefill + one-token steps give the full forward's logits") {
-  for (const char* name : {"qwen3_tiny_untied", "qwen3_vl_tiny_untied", "qwen3_vl_tiny_tied"}) {
+  for (const char* name : {"qwen3_tiny_untied", "qwen3_vl_tiny_untied", "qwen3_vl_tiny_tied",
+                           "qwen3_5_tiny_hybrid", "qwen3_5_tiny_tied"}) {
     INFO(name);
     auto m = load(name);
     NoGradGuard no_grad;
@@ -98,7 +100,7 @@ TEST_CASE("kv cache: prefill + one-token steps give the full forward's logits") 
       b.kv_cache = &cache;
       const std::vector<double> l = lm_logits(*m, b).to_doubles();
       cached.insert(cached.end(), l.begin(), l.end());
-      CHECK(cache.length() == end);
+      CHECK(cache.tokens == end);
     }
     REQUIRE(cached.size() == full.size());
     std::vector<double> diff(full.size());
@@ -125,7 +127,7 @@ TEST_CASE("kv cache: a step after the prefill takes one token") {
 }
 
 TEST_CASE("kv cache: greedy_generate picks what recomputing the whole sequence picks") {
-  for (const char* name : {"qwen3_tiny_tied", "qwen3_vl_tiny_untied"}) {
+  for (const char* name : {"qwen3_tiny_tied", "qwen3_vl_tiny_untied", "qwen3_5_tiny_hybrid"}) {
     INFO(name);
     auto m = load(name);
     const model::GenerateInput in = make_input(*m, 3);

@@ -6,7 +6,8 @@
 #include <string>
 
 #include "model/qwen3/config.h"
-#include "model/qwen3/flops.h"
+#include "model/text/text_config.h"
+#include "model/text/text_flops.h"
 #include "src/base/check.h"
 #include "tests/temp_dir.h"
 
@@ -161,13 +162,13 @@ TEST_CASE("qwen3 flops: per-token training FLOPs match qwen-models.md §7 within
     c.head_dim = 128;
     c.intermediate_size = r.I;
     c.tie_word_embeddings = r.tie;
-    TrainingFlops f = qwen3_training_flops(c, std::vector<int64_t>{4096});
+    TrainingFlops f = dense_text_training_flops(c, std::vector<int64_t>{4096});
     CHECK(f.tokens == 4096);
     CHECK(f.per_token() / 1e9 == Approx(r.gflops).epsilon(0.005));
   }
   // 0.6B split: 3.58 linear + 1.41 attention.
   Qwen3Config c = Qwen3Config::from_json(qwen3_06b(), "cfg.json");
-  TrainingFlops f = qwen3_training_flops(c, std::vector<int64_t>{4096});
+  TrainingFlops f = dense_text_training_flops(c, std::vector<int64_t>{4096});
   CHECK(f.linear / 4096 / 1e9 == Approx(3.58).epsilon(0.005));
   CHECK(f.attention / 4096 / 1e9 == Approx(1.41).epsilon(0.005));
 }
@@ -175,17 +176,17 @@ TEST_CASE("qwen3 flops: per-token training FLOPs match qwen-models.md §7 within
 TEST_CASE("qwen3 flops: packed documents count causal pairs per document, padding excluded") {
   Qwen3Config c = tiny_qwen3_config();
   const double per_pair = 12.0 * 4 * 32 * 2; // 12 · Hq · D · L
-  const double per_token = 6.0 * double(qwen3_matmul_params(c));
-  CHECK(qwen3_matmul_params(c) ==
+  const double per_token = 6.0 * double(dense_text_matmul_params(c));
+  CHECK(dense_text_matmul_params(c) ==
         2 * (64 * 128 + 2 * 64 * 64 + 128 * 64 + 3 * 64 * 128) + 64 * 512);
   // cu_seqlens [0, 5, 70, 133] plus a padding segment to 160.
-  TrainingFlops f = qwen3_training_flops(c, std::vector<int32_t>{0, 5, 70, 133, 160}, 3);
+  TrainingFlops f = dense_text_training_flops(c, std::vector<int32_t>{0, 5, 70, 133, 160}, 3);
   CHECK(f.tokens == 133);
   CHECK(f.linear == per_token * 133);
   CHECK(f.attention == per_pair * (5 * 6 / 2 + 65 * 66 / 2 + 63 * 64 / 2));
-  TrainingFlops all = qwen3_training_flops(c, std::vector<int32_t>{0, 5, 70, 133, 160});
+  TrainingFlops all = dense_text_training_flops(c, std::vector<int32_t>{0, 5, 70, 133, 160});
   CHECK(all.tokens == 160);
-  CHECK_THROWS_WITH(qwen3_training_flops(c, std::vector<int32_t>{0, 5}, 2),
+  CHECK_THROWS_WITH(dense_text_training_flops(c, std::vector<int32_t>{0, 5}, 2),
                     Catch::Contains("real documents"));
-  CHECK(qwen3_training_flops(c, std::vector<int64_t>{}).per_token() == 0.0);
+  CHECK(dense_text_training_flops(c, std::vector<int64_t>{}).per_token() == 0.0);
 }

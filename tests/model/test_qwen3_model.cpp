@@ -13,6 +13,7 @@
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/qwen3/model.h"
+#include "model/text/decoder_layer.h"
 #include "parallel/activation_checkpointing.h"
 #include "src/core/ops.h"
 #include "tests/golden/golden.h"
@@ -441,8 +442,7 @@ TEST_CASE("qwen3 model: a decoder layer takes its head counts from its (sharded)
   Qwen3Config half = full;
   half.num_attention_heads = 2;
   half.num_key_value_heads = 1;
-  Qwen3DecoderLayer sharded(full.decoder_layer(), DType::f64),
-      small(half.decoder_layer(), DType::f64);
+  DecoderLayer sharded(full.decoder_layer(), DType::f64), small(half.decoder_layer(), DType::f64);
   sharded.materialize();
   small.materialize();
   Rng rng(4);
@@ -463,6 +463,8 @@ TEST_CASE("qwen3 model: a decoder layer takes its head counts from its (sharded)
   const Tensor x = Tensor::randn({9, 64}, rng, DType::f64);
   const Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4}, {9});
   const Tensor cu = Tensor::from_vector(std::vector<int32_t>{0, 4, 9}, {3});
-  const RopeTables rope_t = rope_tables(pos, full.head_dim, full.rope_theta, DType::f64);
-  CHECK(sharded.forward(x, cu, rope_t).to_doubles() == small.forward(x, cu, rope_t).to_doubles());
+  BlockContext ctx;
+  ctx.varlen = VarlenLayout::of(cu, 9);
+  ctx.rope = rope_tables(pos, full.head_dim, full.rope_theta, DType::f64);
+  CHECK(sharded.forward(x, ctx).to_doubles() == small.forward(x, ctx).to_doubles());
 }

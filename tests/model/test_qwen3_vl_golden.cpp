@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "io/loader/packing.h"
-#include "tests/model/qwen3_vl_golden_cases.h"
+#include "tests/model/vlm_golden_cases.h"
 
 using namespace vlm;
-using namespace vlm::testing::qwen3_vl_golden;
+using namespace vlm::testing::vlm_golden;
 using vlm::testing::read_all_tensors;
 
 namespace {
@@ -40,7 +40,7 @@ TEST_CASE("qwen3_vl golden: dump on a packed row of image and text documents mat
           "transformers, untied (vision hd 16) and tied (vision hd 72)") {
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
-    check_f32(run_case(variant, "packed"), variant, "packed");
+    check_f32(run_case(qwen3_vl(), variant, "packed"), qwen3_vl(), variant, "packed");
   }
 }
 
@@ -48,19 +48,21 @@ TEST_CASE("qwen3_vl golden: a row with no image runs the text path; vision gradi
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
     // Every vision parameter has a (zero) gradient: the same set every step.
-    check_f32(run_case(variant, "text"), variant, "text");
+    check_f32(run_case(qwen3_vl(), variant, "text"), qwen3_vl(), variant, "text");
   }
 }
 
 TEST_CASE("qwen3_vl golden: activation checkpointing full and selective match transformers too") {
   for (auto ac : {parallel::AcMode::full, parallel::AcMode::selective})
-    check_f32(run_case("untied", "packed", ac), "untied", "packed");
+    check_f32(run_case(qwen3_vl(), "untied", "packed", ac), qwen3_vl(), "untied", "packed");
 }
 
 TEST_CASE("qwen3_vl golden: bf16 parameters and activations stay close to the fp32 reference") {
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
-    check_bf16(run_case(variant, "packed", parallel::AcMode::off, Device::cpu(), DType::bf16));
+    check_bf16(
+        run_case(qwen3_vl(), variant, "packed", parallel::AcMode::off, Device::cpu(), DType::bf16),
+        qwen3_vl());
   }
 }
 
@@ -68,7 +70,7 @@ TEST_CASE("qwen3_vl golden: the packer's 3-D position ids for the row equal tran
           "get_rope_index on each document") {
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
-    auto b = read_all_tensors(batch_file(std::string(variant) + "_packed"));
+    auto b = read_all_tensors(batch_file(qwen3_vl(), std::string(variant) + "_packed"));
     const auto ids = ints(b["input_ids"]), labels = ints(b["labels"]),
                lengths = ints(b["doc_lengths"]);
     const auto grid_flat = ints(b["image_grid_thw"]);

@@ -7,10 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include "tests/gpu_testing.h"
-#include "tests/model/qwen3_vl_golden_cases.h"
+#include "tests/model/vlm_golden_cases.h"
 
 using namespace vlm;
-using namespace vlm::testing::qwen3_vl_golden;
+using namespace vlm::testing::vlm_golden;
 using vlm::testing::kGpu;
 using vlm::testing::require_device;
 
@@ -19,12 +19,15 @@ TEST_CASE("gpu qwen3_vl: dump on CUDA matches transformers, packed image row and
   for (const char* variant : {"untied", "tied"})
     for (const char* batch : {"packed", "text"}) {
       INFO(variant << " " << batch);
-      check_f32(run_case(variant, batch, parallel::AcMode::off, kGpu), variant, batch);
+      check_f32(run_case(qwen3_vl(), variant, batch, parallel::AcMode::off, kGpu), qwen3_vl(),
+                variant, batch);
     }
 }
 
 TEST_CASE("gpu qwen3_vl: activation checkpointing and bf16 on CUDA") {
   require_device();
-  check_f32(run_case("untied", "packed", parallel::AcMode::full, kGpu), "untied", "packed");
-  check_bf16(run_case("untied", "packed", parallel::AcMode::off, kGpu, DType::bf16));
+  check_f32(run_case(qwen3_vl(), "untied", "packed", parallel::AcMode::full, kGpu), qwen3_vl(),
+            "untied", "packed");
+  check_bf16(run_case(qwen3_vl(), "untied", "packed", parallel::AcMode::off, kGpu, DType::bf16),
+             qwen3_vl());
 }

@@ -92,7 +92,8 @@ std::vector<double> rows_of(const std::vector<double>& whole, const Shape& shape
 }
 
 const std::vector<const Family*> checkpoint_families() {
-  return {&all_families()[0], &all_families()[3]}; // qwen3 untied, qwen3_vl tied
+  // qwen3 untied, qwen3_vl tied, qwen3_5 hybrid
+  return {&all_families()[0], &all_families()[3], &all_families()[4]};
 }
 
 } // namespace

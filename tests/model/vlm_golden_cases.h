@@ -1,7 +1,8 @@
-// A Qwen3-VL `vlmtrain dump` of a golden case against the transformers golden
-// (tests/golden/qwen3_vl_tiny.safetensors, tools/golden/gen_qwen3_vl.py), shared by the CPU test
-// (tests/model/test_qwen3_vl_golden.cpp, which says what the cases are) and the CUDA one
-// (tests/model/test_qwen3_vl_gpu.cpp); both are held to the same limits.
+// A vision-language model's `vlmtrain dump` of a golden case against the transformers golden
+// (Qwen3-VL: tests/golden/qwen3_vl_tiny.safetensors from tools/golden/gen_qwen3_vl.py; Qwen3.5:
+// qwen3_5_tiny from gen_qwen3_5.py), shared by the CPU tests (tests/model/test_<family>_golden.cpp,
+// which say what the cases are) and the CUDA ones (test_<family>_gpu.cpp); all are held to the
+// same limits.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -15,23 +16,38 @@
 #include "tests/golden/golden.h"
 #include "tests/temp_dir.h"
 
-namespace vlm::testing::qwen3_vl_golden {
+namespace vlm::testing::vlm_golden {
 
 constexpr double kLossTol = 1e-6; // fp32 loss, absolute
 constexpr double kGradTol = 1e-4; // fp32 gradients, max-norm relative (logits: kGoldenF32Tol)
-// bf16 parameters and activations (logits and loss in f32) vs the fp32 golden: see the CPU test.
-constexpr double kBf16LogitsTol = 2e-2;
-constexpr double kBf16LossTol = 1e-3;
-constexpr double kBf16GradTol = 1e-1;
-constexpr size_t kVisionParams = 75; // 4 blocks x 12, patch embed 2, pos_embed, 4 mergers x 6
+
+// A family's golden files: tests/golden/<golden>.safetensors, the snapshots
+// tests/data/<golden>_<variant>/ and the batches tests/data/<golden>_batches/<variant>_<batch>.
+struct Family {
+  std::string golden;                   // "qwen3_vl_tiny"
+  size_t vision_params = 0;             // parameters of the tower (zero gradients without images)
+  std::map<std::string, size_t> params; // parameters of each variant
+  // bf16 parameters and activations (logits and loss in f32) vs the golden: see the CPU tests.
+  double bf16_logits = 0, bf16_loss = 0, bf16_grad = 0;
+};
+
+inline const Family& qwen3_vl() {
+  // 4 blocks x 12, patch embed 2, pos_embed, 4 mergers x 6; the tied model has no lm_head.
+  static const Family f{"qwen3_vl_tiny", 75, {{"untied", 122}, {"tied", 121}}, 2e-2, 1e-3, 1e-1};
+  return f;
+}
+inline const Family& qwen3_5() {
+  // 2 blocks x 12, patch embed 2, pos_embed, the merger's 6.
+  static const Family f{"qwen3_5_tiny", 33, {{"hybrid", 142}, {"tied", 60}}, 2e-1, 5e-3, 6e-1};
+  return f;
+}
 
 inline std::string data(const std::string& rel) {
   return std::string(VLM_SOURCE_DIR) + "/tests/data/" + rel;
 }
 
-// tests/data/qwen3_vl_tiny_batches/<variant>_<batch>.safetensors
-inline std::string batch_file(const std::string& case_name) {
-  return data("qwen3_vl_tiny_batches/" + case_name + ".safetensors");
+inline std::string batch_file(const Family& f, const std::string& case_name) {
+  return data(f.golden + "_batches/" + case_name + ".safetensors");
 }
 
 struct Errors {
@@ -40,18 +56,18 @@ struct Errors {
   size_t grads_compared = 0, zero_vision_grads = 0;
 };
 
-// Dumps the tiny `variant` snapshot ("untied" | "tied") on the `batch` ("packed" | "text") case
+// Dumps the tiny `variant` snapshot (Family::params) on the `batch` ("packed" | "text") case
 // with gradients and compares every output with the golden. A parameter the golden has no
 // gradient for must be a vision parameter of a text-only row with an exactly zero gradient
 // (transformers leaves the tower out of such a graph; ours runs it on a blank image scaled by 0).
-inline Errors run_case(const std::string& variant, const std::string& batch,
+inline Errors run_case(const Family& f, const std::string& variant, const std::string& batch,
                        parallel::AcMode ac = parallel::AcMode::off, Device device = Device::cpu(),
                        DType dtype = DType::f32) {
   const std::string c = variant + "_" + batch;
-  TempDir tmp("qwen3_vl_dump");
+  TempDir tmp(f.golden + "_dump");
   train::DumpOptions o;
-  o.model_dir = data("qwen3_vl_tiny_" + variant);
-  o.batch_path = batch_file(c);
+  o.model_dir = data(f.golden + "_" + variant);
+  o.batch_path = batch_file(f, c);
   o.out_path = tmp.file("dump.safetensors");
   o.grads = true;
   o.ac = ac;
@@ -62,7 +78,7 @@ inline Errors run_case(const std::string& variant, const std::string& batch,
   CHECK(io::SafetensorsFile(o.out_path).metadata().at("device") == device.str());
   auto got = read_all_tensors(o.out_path);
 
-  const Golden g("qwen3_vl_tiny");
+  const Golden g(f.golden);
   Errors e;
   REQUIRE(got.count("logits"));
   REQUIRE(got.count("loss"));
@@ -91,20 +107,20 @@ inline Errors run_case(const std::string& variant, const std::string& batch,
   return e;
 }
 
-// The fp32 limits, and that every parameter was compared (the tied model has no lm_head).
-inline void check_f32(const Errors& e, const std::string& variant, const std::string& batch) {
+// The fp32 limits, and that every parameter was compared.
+inline void check_f32(const Errors& e, const Family& f, const std::string& variant,
+                      const std::string& batch) {
   CHECK(e.logits <= kGoldenF32Tol);
   CHECK(e.loss <= kLossTol);
   CHECK(e.worst_grad <= kGradTol);
-  const size_t all = (variant == "tied" ? 121u : 122u);
-  CHECK(e.zero_vision_grads == (batch == "text" ? kVisionParams : 0u));
-  CHECK(e.grads_compared + e.zero_vision_grads == all);
+  CHECK(e.zero_vision_grads == (batch == "text" ? f.vision_params : 0u));
+  CHECK(e.grads_compared + e.zero_vision_grads == f.params.at(variant));
 }
 
-inline void check_bf16(const Errors& e) {
-  CHECK(e.logits <= kBf16LogitsTol);
-  CHECK(e.loss <= kBf16LossTol);
-  CHECK(e.worst_grad <= kBf16GradTol);
+inline void check_bf16(const Errors& e, const Family& f) {
+  CHECK(e.logits <= f.bf16_logits);
+  CHECK(e.loss <= f.bf16_loss);
+  CHECK(e.worst_grad <= f.bf16_grad);
 }
 
-} // namespace vlm::testing::qwen3_vl_golden
+} // namespace vlm::testing::vlm_golden

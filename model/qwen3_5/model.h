@@ -1,0 +1,58 @@
+// Qwen3.5 dense (qwen-models.md §3) with transformers' parameter names
+// (Qwen3_5ForConditionalGeneration): model.visual.* (model/vision/, no DeepStack),
+// model.language_model.{embed_tokens, layers.N.*, norm}.weight and lm_head.weight when untied.
+// Layer N is a Gated DeltaNet layer (linear_attn.*, model/text/gated_deltanet.h) or a gated
+// full-attention layer (self_attn.*, q_proj making query and gate per head) as layer_types says;
+// every norm of the text stack is zero-centred ((1 + w) ⊙ x̂).
+//
+// Forward of a packed batch (model/batch.h): the vision tower and the fusion of its features at
+// the <|image_pad|> tokens as Qwen3-VL (model/vision/vision_language.h); interleaved MRoPE from
+// [3, T] position ids over the first head_dim · partial_rotary_factor dims of each attention head
+// ([T] ids: text positions); every layer keeps documents apart — attention causal within each
+// document, the conv1d history and the delta-rule state reset at each document start.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/qwen3_5/config.h"
+#include "model/text/text_causal_lm.h"
+#include "model/vision/vision_tower.h"
+
+namespace vlm::model {
+
+class Qwen3_5ForConditionalGeneration : public TextCausalLM {
+public:
+  explicit Qwen3_5ForConditionalGeneration(const Qwen3_5Config& config,
+                                           DType param_dtype = DType::f32);
+  std::string type_name() const override { return "Qwen3_5ForConditionalGeneration"; }
+
+  const Qwen3_5Config& config() const { return config_; }
+  const VisionTower& visual() const { return *visual_; }
+
+  // --- CausalLM ---------------------------------------------------------------------------------
+  std::string model_type() const override { return "qwen3_5"; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_positions() const override { return config_.max_position_embeddings; }
+  bool has_vision() const override { return true; }
+  Tensor hidden_states(const Batch& batch) const override;
+  // The vision blocks, then the decoder layers (forward order).
+  std::vector<nn::Module*> blocks() const override;
+  // As Qwen3-VL: model.visual.merger.* "mlp", other model.visual.* "vit", the rest "llm".
+  ParamRole param_role(const std::string& name) const override;
+  nlohmann::json hf_config() const override { return config_.to_json(); }
+  // qwen-models.md §7: the GEMMs (gated q_proj, Gated DeltaNet projections), causal attention of
+  // the full-attention layers, the delta rule's minimal count 18 · HV · dk · dv per token and
+  // Gated DeltaNet layer, and the vision tower for `image_grids`.
+  TrainingFlops
+  training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
+                 const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
+  std::string summary() const override { return config_.summary(); }
+
+private:
+  Qwen3_5Config config_;
+  std::shared_ptr<VisionTower> visual_;
+};
+
+} // namespace vlm::model
