@@ -136,4 +136,16 @@ std::shared_ptr<CausalLM> load_pretrained(const std::string& snapshot_dir, DType
   return model;
 }
 
+ModelSpec refused_model_spec(const std::string& model_type, const std::string& what,
+                             const std::string& reason) {
+  ModelSpec s;
+  s.model_type = model_type;
+  s.description = what + ": not supported, refused";
+  s.build = [=](const nlohmann::json&, const std::string& where,
+                DType) -> std::shared_ptr<CausalLM> {
+    VLM_FAIL(where, ": model_type \"", model_type, "\" (", what, ") is not supported: ", reason);
+  };
+  return s;
+}
+
 } // namespace vlm::model

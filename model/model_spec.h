@@ -42,6 +42,11 @@ struct ModelSpec {
   std::map<std::string, std::function<nlohmann::json(const PresetOptions&)>> presets;
 };
 
+// A model_type that is known but not implemented (the MoE siblings): its build fails with
+// "<where>: model_type \"<model_type>\" (<what>) is not supported: <reason>".
+ModelSpec refused_model_spec(const std::string& model_type, const std::string& what,
+                             const std::string& reason);
+
 // The built-in families, one line each (model/registry.cpp); registered on first use.
 std::vector<ModelSpec> builtin_model_specs();
 // Adds a family at run time (tests, plugins). A model_type or preset name registered twice is an

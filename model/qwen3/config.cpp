@@ -98,18 +98,11 @@ std::string Qwen3Config::summary() const { return "Qwen3(" + text_summary() + ")
 
 Qwen3Config tiny_qwen3_config(bool tie_word_embeddings) {
   Qwen3Config c;
-  c.vocab_size = 512;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
+  c.set_tiny_sizes();
   c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
   c.head_dim = 32;
-  c.rms_norm_eps = 1e-6;
   c.rope_theta = 1e6;
   c.tie_word_embeddings = tie_word_embeddings;
-  c.max_position_embeddings = 4096;
-  c.torch_dtype = "float32";
   return c;
 }
 

@@ -6,8 +6,7 @@
 namespace vlm::model {
 
 Qwen3ForCausalLM::Qwen3ForCausalLM(const Qwen3Config& config, DType param_dtype)
-    : TextCausalLM(param_dtype, "Qwen3ForCausalLM"), config_(config) {
-  config_.validate();
+    : FamilyLM(config, param_dtype, "Qwen3ForCausalLM") {
   const DecoderLayerConfig layer = config_.decoder_layer();
   register_text(*this, "model", config_, /*zero_centered_norm=*/false,
                 [this, layer](int64_t) { return std::make_shared<DecoderLayer>(layer, dtype_); });

@@ -26,33 +26,25 @@
 
 namespace vlm::model {
 
-class Qwen3ForCausalLM : public TextCausalLM {
+class Qwen3ForCausalLM : public FamilyLM<Qwen3Config> {
 public:
   // Declares every parameter in `param_dtype` (f32, bf16 or f64); validates the config.
   explicit Qwen3ForCausalLM(const Qwen3Config& config, DType param_dtype = DType::f32);
   std::string type_name() const override { return "Qwen3ForCausalLM"; }
 
-  const Qwen3Config& config() const { return config_; }
   bool tied() const { return config_.tie_word_embeddings; }
   const nn::Embedding& embed_tokens() const { return text_->embed_tokens(); }
 
   // --- CausalLM ---------------------------------------------------------------------------------
   std::string model_type() const override { return "qwen3"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  int64_t max_positions() const override { return config_.max_position_embeddings; }
   Tensor hidden_states(const Batch& batch) const override;
   // The decoder layers.
   std::vector<nn::Module*> blocks() const override;
   // Everything is the language model; kinds by param_kind_by_name.
   ParamRole param_role(const std::string& name) const override;
-  nlohmann::json hf_config() const override { return config_.to_json(); }
   TrainingFlops
   training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
                  const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
-  std::string summary() const override { return config_.summary(); }
-
-private:
-  Qwen3Config config_;
 };
 
 } // namespace vlm::model

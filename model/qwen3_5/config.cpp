@@ -137,17 +137,8 @@ void Qwen3_5Config::validate() const {
 }
 
 Qwen3_5Config Qwen3_5Config::from_json(const json& j, const std::string& where) {
-  VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
-  const std::string model_type = json_string(j, "model_type", where, "qwen3_5");
-  VLM_CHECK(model_type == "qwen3_5", where, ": key 'model_type' is '", model_type,
-            "'; this loader reads dense Qwen3.5 (\"qwen3_5\") only");
-  VLM_CHECK(has_key(j, "text_config"), where, ": missing required key 'text_config'");
-  const json t = json_object(j, "text_config", where);
+  const json t = vlm_text_config(j, where, "qwen3_5", "qwen3_5_text", "dense Qwen3.5");
   const std::string tw = where + " (text_config)";
-  const std::string text_type = json_string(t, "model_type", tw, "qwen3_5_text");
-  VLM_CHECK(text_type == "qwen3_5_text", tw, ": key 'model_type' is '", text_type,
-            "'; expected \"qwen3_5_text\"");
-
   Qwen3_5Config c;
   c.read_text_json(t, tw, TextDefaults{248320, 256, 262144});
   read_rope(t, tw, c);
@@ -159,15 +150,8 @@ Qwen3_5Config Qwen3_5Config::from_json(const json& j, const std::string& where) 
   c.linear_conv_kernel_dim = json_int(t, "linear_conv_kernel_dim", tw, 4);
   for (const char* key : kCarriedKeys)
     if (t.contains(key)) c.carried_text_keys[key] = t[key];
-  c.tie_word_embeddings =
-      json_bool(j, "tie_word_embeddings", where, json_bool(t, "tie_word_embeddings", tw, false));
-  c.read_vision_json(j, where, "qwen3_5_vision");
+  read_vlm_config(j, t, where, "qwen3_5_vision", c, c);
   c.vision.deepstack_visual_indexes.clear(); // the config has no such key; the tower none
-  c.torch_dtype =
-      json_string(j, "dtype", where,
-                  json_string(j, "torch_dtype", where, json_string(t, "dtype", tw, "bfloat16")));
-  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-    if (has_key(j, key)) c.token_ids[key] = j[key];
   try {
     c.validate();
   } catch (const Error& e) {
@@ -192,16 +176,8 @@ json Qwen3_5Config::to_json() const {
   t["linear_value_head_dim"] = linear_value_head_dim;
   t["linear_conv_kernel_dim"] = linear_conv_kernel_dim;
 
-  json j;
-  j["architectures"] = {"Qwen3_5ForConditionalGeneration"};
-  j["model_type"] = "qwen3_5";
-  j["text_config"] = t;
-  write_vision_json(j);
+  json j = vlm_config_json(t, "Qwen3_5ForConditionalGeneration", "qwen3_5", *this, *this);
   j["vision_config"].erase("deepstack_visual_indexes");
-  j["tie_word_embeddings"] = tie_word_embeddings;
-  j["dtype"] = torch_dtype;
-  j["torch_dtype"] = torch_dtype;
-  for (const auto& [k, val] : token_ids.items()) j[k] = val;
   return j;
 }
 
@@ -227,16 +203,12 @@ std::string Qwen3_5Config::summary() const {
 
 Qwen3_5Config tiny_qwen3_5_config(bool tie_word_embeddings) {
   Qwen3_5Config c;
-  c.vocab_size = 512;
-  c.hidden_size = 64;
+  c.set_tiny_sizes();
   c.intermediate_size = 16;
   c.num_hidden_layers = 8;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
   c.head_dim = 64;
   c.rope_theta = 1e7;
   c.mrope_section = {3, 3, 2};
-  c.max_position_embeddings = 4096;
   c.tie_word_embeddings = tie_word_embeddings;
   for (int64_t i = 0; i < c.num_hidden_layers; i++)
     c.layer_types.push_back((i + 1) % 4 == 0 ? kFull : kLinear);
@@ -244,17 +216,12 @@ Qwen3_5Config tiny_qwen3_5_config(bool tie_word_embeddings) {
   c.linear_num_value_heads = 4;
   c.linear_key_head_dim = 32;
   c.linear_value_head_dim = 16;
+  c.set_tiny_vision();
   c.vision.depth = 2;
   c.vision.hidden_size = 16;
   c.vision.intermediate_size = 32;
   c.vision.num_heads = 1;
-  c.vision.out_hidden_size = 64;
-  c.vision.num_position_embeddings = 64;
-  c.image_token_id = 500;
-  c.video_token_id = 501;
-  c.vision_start_token_id = 502;
-  c.vision_end_token_id = 503;
-  c.torch_dtype = "float32";
+  c.vision.deepstack_visual_indexes.clear();
   return c;
 }
 

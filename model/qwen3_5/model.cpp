@@ -7,11 +7,8 @@ namespace vlm::model {
 
 Qwen3_5ForConditionalGeneration::Qwen3_5ForConditionalGeneration(const Qwen3_5Config& config,
                                                                  DType param_dtype)
-    : TextCausalLM(param_dtype, "Qwen3.5"), config_(config) {
-  config_.validate();
-  // Registration order = HF's state-dict order: the tower first.
-  auto& model = *register_module("model", std::make_shared<nn::Module>());
-  visual_ = model.register_module("visual", std::make_shared<VisionTower>(config_.vision, dtype_));
+    : FamilyLM(config, param_dtype, "Qwen3.5") {
+  nn::Module& model = register_tower(config_.vision);
   const DecoderLayerConfig layer = config_.decoder_layer();
   const GatedDeltaNetConfig gdn = config_.gated_deltanet();
   register_text(model, "language_model", config_, /*zero_centered_norm=*/true,
@@ -22,16 +19,6 @@ Qwen3_5ForConditionalGeneration::Qwen3_5ForConditionalGeneration(const Qwen3_5Co
                       layer, "linear_attn", std::make_shared<GatedDeltaNet>(gdn, dtype_), dtype_);
                 });
   register_head(config_);
-}
-
-std::vector<nn::Module*> Qwen3_5ForConditionalGeneration::blocks() const {
-  std::vector<nn::Module*> out = visual_->blocks();
-  for (nn::Module* layer : text_->layers()) out.push_back(layer);
-  return out;
-}
-
-ParamRole Qwen3_5ForConditionalGeneration::param_role(const std::string& name) const {
-  return vision_language_param_role(name);
 }
 
 TrainingFlops Qwen3_5ForConditionalGeneration::training_flops(
@@ -59,11 +46,8 @@ TrainingFlops Qwen3_5ForConditionalGeneration::training_flops(
 }
 
 Tensor Qwen3_5ForConditionalGeneration::hidden_states(const Batch& b) const {
-  check_text_batch(b);
-  check_vision_batch(b, "Qwen3.5");
   const auto& c = config_;
-  const FusedEmbeddings fused = fuse_image_features(*visual_, text_->embed(b.input_ids), b,
-                                                    c.image_token_id, dtype_, "Qwen3.5");
+  const FusedEmbeddings fused = embed(b, c.image_token_id);
   const RopeTables rope_t =
       b.position_ids.dim() == 2
           ? mrope_tables(b.position_ids, c.rotary_dim(), c.rope_theta, c.mrope_section, dtype_)

@@ -12,47 +12,27 @@
 // document, the conv1d history and the delta-rule state reset at each document start.
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/qwen3_5/config.h"
-#include "model/text/text_causal_lm.h"
-#include "model/vision/vision_tower.h"
+#include "model/vision/vision_language_lm.h"
 
 namespace vlm::model {
 
-class Qwen3_5ForConditionalGeneration : public TextCausalLM {
+class Qwen3_5ForConditionalGeneration : public FamilyLM<Qwen3_5Config, VisionLanguageLM> {
 public:
   explicit Qwen3_5ForConditionalGeneration(const Qwen3_5Config& config,
                                            DType param_dtype = DType::f32);
   std::string type_name() const override { return "Qwen3_5ForConditionalGeneration"; }
-
-  const Qwen3_5Config& config() const { return config_; }
-  const VisionTower& visual() const { return *visual_; }
-
-  // --- CausalLM ---------------------------------------------------------------------------------
   std::string model_type() const override { return "qwen3_5"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  int64_t max_positions() const override { return config_.max_position_embeddings; }
-  bool has_vision() const override { return true; }
   Tensor hidden_states(const Batch& batch) const override;
-  // The vision blocks, then the decoder layers (forward order).
-  std::vector<nn::Module*> blocks() const override;
-  // As Qwen3-VL: model.visual.merger.* "mlp", other model.visual.* "vit", the rest "llm".
-  ParamRole param_role(const std::string& name) const override;
-  nlohmann::json hf_config() const override { return config_.to_json(); }
   // qwen-models.md §7: the GEMMs (gated q_proj, Gated DeltaNet projections), causal attention of
   // the full-attention layers, the delta rule's minimal count 18 · HV · dk · dv per token and
   // Gated DeltaNet layer, and the vision tower for `image_grids`.
   TrainingFlops
   training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
                  const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
-  std::string summary() const override { return config_.summary(); }
-
-private:
-  Qwen3_5Config config_;
-  std::shared_ptr<VisionTower> visual_;
 };
 
 } // namespace vlm::model

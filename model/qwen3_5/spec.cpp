@@ -51,10 +51,8 @@ Qwen3_5Config released(const Size& s) {
 Qwen3_5Config demo_size() {
   Qwen3_5Config c = tiny_qwen3_5_config();
   c.intermediate_size = 128;
-  c.vision.depth = 4;
-  c.vision.hidden_size = 64;
-  c.vision.num_heads = 4;
-  c.vision.intermediate_size = 128;
+  c.set_tiny_vision();
+  c.vision.deepstack_visual_indexes.clear();
   return c;
 }
 
@@ -81,15 +79,9 @@ ModelSpec qwen3_5_model_spec() {
 }
 
 ModelSpec qwen3_5_moe_model_spec() {
-  ModelSpec s;
-  s.model_type = "qwen3_5_moe";
-  s.description = "Qwen3.5 MoE (35B-A3B, 122B-A10B, 397B-A17B): not supported, refused";
-  s.build = [](const nlohmann::json&, const std::string& where,
-               DType) -> std::shared_ptr<CausalLM> {
-    VLM_FAIL(where, ": model_type \"qwen3_5_moe\" (Qwen3.5 mixture of experts) is not supported:",
-             " vlmtrain has no MoE layers yet; the dense Qwen3.5 models (\"qwen3_5\") are");
-  };
-  return s;
+  return refused_model_spec(
+      "qwen3_5_moe", "Qwen3.5 mixture of experts, 35B-A3B, 122B-A10B and 397B-A17B",
+      "vlmtrain has no MoE layers yet; the dense Qwen3.5 models (\"qwen3_5\") are");
 }
 
 } // namespace vlm::model

@@ -51,29 +51,12 @@ void Qwen3VLConfig::validate() const {
 }
 
 Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& where) {
-  VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
-  const std::string model_type = json_string(j, "model_type", where, "qwen3_vl");
-  VLM_CHECK(model_type == "qwen3_vl", where, ": key 'model_type' is '", model_type,
-            "'; this loader reads dense Qwen3-VL (\"qwen3_vl\") only");
-  VLM_CHECK(has_key(j, "text_config"), where, ": missing required key 'text_config'");
-  const json t = json_object(j, "text_config", where);
+  const json t = vlm_text_config(j, where, "qwen3_vl", "qwen3_vl_text", "dense Qwen3-VL");
   const std::string tw = where + " (text_config)";
-  const std::string text_type = json_string(t, "model_type", tw, "qwen3_vl_text");
-  VLM_CHECK(text_type == "qwen3_vl_text", tw, ": key 'model_type' is '", text_type,
-            "'; expected \"qwen3_vl_text\"");
-
   Qwen3VLConfig c;
   c.read_text_json(t, tw, TextDefaults{151936, 128, 128000});
   read_rope(t, tw, c);
-  c.tie_word_embeddings =
-      json_bool(j, "tie_word_embeddings", where, json_bool(t, "tie_word_embeddings", tw, false));
-
-  c.read_vision_json(j, where, "qwen3_vl_vision");
-  c.torch_dtype =
-      json_string(j, "dtype", where,
-                  json_string(j, "torch_dtype", where, json_string(t, "dtype", tw, "bfloat16")));
-  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-    if (has_key(j, key)) c.token_ids[key] = j[key];
+  read_vlm_config(j, t, where, "qwen3_vl_vision", c, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -91,19 +74,7 @@ json Qwen3VLConfig::to_json() const {
                           {"mrope_section", mrope_section},
                           {"mrope_interleaved", true}};
 
-  json j;
-  j["architectures"] = {"Qwen3VLForConditionalGeneration"};
-  j["model_type"] = "qwen3_vl";
-  j["text_config"] = t;
-  write_vision_json(j);
-  j["tie_word_embeddings"] = tie_word_embeddings;
-  j["dtype"] = torch_dtype;
-  j["torch_dtype"] = torch_dtype;
-  for (const auto& [k, val] : token_ids.items()) {
-    j[k] = val;
-    j["text_config"][k] = val;
-  }
-  return j;
+  return vlm_config_json(t, "Qwen3VLForConditionalGeneration", "qwen3_vl", *this, *this);
 }
 
 int64_t Qwen3VLConfig::num_parameters() const {
@@ -117,29 +88,13 @@ std::string Qwen3VLConfig::summary() const {
 
 Qwen3VLConfig tiny_qwen3_vl_config(bool tie_word_embeddings) {
   Qwen3VLConfig c;
-  c.vocab_size = 512;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
+  c.set_tiny_sizes();
   c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
   c.head_dim = 32;
   c.rope_theta = 5e6;
   c.mrope_section = {6, 5, 5};
-  c.max_position_embeddings = 4096;
   c.tie_word_embeddings = tie_word_embeddings;
-  c.vision.depth = 4;
-  c.vision.hidden_size = 64;
-  c.vision.intermediate_size = 128;
-  c.vision.num_heads = 4;
-  c.vision.out_hidden_size = 64;
-  c.vision.num_position_embeddings = 64;
-  c.vision.deepstack_visual_indexes = {0, 2, 3};
-  c.image_token_id = 500;
-  c.video_token_id = 501;
-  c.vision_start_token_id = 502;
-  c.vision_end_token_id = 503;
-  c.torch_dtype = "float32";
+  c.set_tiny_vision();
   return c;
 }
 

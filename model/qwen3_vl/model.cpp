@@ -8,25 +8,12 @@ namespace vlm::model {
 
 Qwen3VLForConditionalGeneration::Qwen3VLForConditionalGeneration(const Qwen3VLConfig& config,
                                                                  DType param_dtype)
-    : TextCausalLM(param_dtype, "Qwen3VL"), config_(config) {
-  config_.validate();
-  // Registration order = HF's state-dict order: the tower first.
-  auto& model = *register_module("model", std::make_shared<nn::Module>());
-  visual_ = model.register_module("visual", std::make_shared<VisionTower>(config_.vision, dtype_));
+    : FamilyLM(config, param_dtype, "Qwen3VL") {
+  nn::Module& model = register_tower(config_.vision);
   const DecoderLayerConfig layer = config_.decoder_layer();
   register_text(model, "language_model", config_, /*zero_centered_norm=*/false,
                 [this, layer](int64_t) { return std::make_shared<DecoderLayer>(layer, dtype_); });
   register_head(config_);
-}
-
-std::vector<nn::Module*> Qwen3VLForConditionalGeneration::blocks() const {
-  std::vector<nn::Module*> out = visual_->blocks();
-  for (nn::Module* layer : text_->layers()) out.push_back(layer);
-  return out;
-}
-
-ParamRole Qwen3VLForConditionalGeneration::param_role(const std::string& name) const {
-  return vision_language_param_role(name);
 }
 
 TrainingFlops Qwen3VLForConditionalGeneration::training_flops(

@@ -16,47 +16,26 @@
 // fuse_image_features).
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/qwen3_vl/config.h"
-#include "model/text/text_causal_lm.h"
-#include "model/vision/vision_tower.h"
+#include "model/vision/vision_language_lm.h"
 
 namespace vlm::model {
 
-class Qwen3VLForConditionalGeneration : public TextCausalLM {
+class Qwen3VLForConditionalGeneration : public FamilyLM<Qwen3VLConfig, VisionLanguageLM> {
 public:
   explicit Qwen3VLForConditionalGeneration(const Qwen3VLConfig& config,
                                            DType param_dtype = DType::f32);
   std::string type_name() const override { return "Qwen3VLForConditionalGeneration"; }
-
-  const Qwen3VLConfig& config() const { return config_; }
-  const VisionTower& visual() const { return *visual_; }
-
-  // --- CausalLM ---------------------------------------------------------------------------------
   std::string model_type() const override { return "qwen3_vl"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  int64_t max_positions() const override { return config_.max_position_embeddings; }
-  bool has_vision() const override { return true; }
   Tensor hidden_states(const Batch& batch) const override;
-  // The vision blocks, then the decoder layers (forward order).
-  std::vector<nn::Module*> blocks() const override;
-  // model.visual.merger.* and model.visual.deepstack_merger_list.* are "mlp", every other
-  // model.visual.* parameter (the position table included) is "vit", the rest "llm".
-  ParamRole param_role(const std::string& name) const override;
-  nlohmann::json hf_config() const override { return config_.to_json(); }
   // The text stack's FLOPs plus the vision tower's for `image_grids` (patch embedding, blocks
   // with attention over each image's patches, the merger and the DeepStack mergers).
   TrainingFlops
   training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
                  const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
-  std::string summary() const override { return config_.summary(); }
-
-private:
-  Qwen3VLConfig config_;
-  std::shared_ptr<VisionTower> visual_;
 };
 
 } // namespace vlm::model

@@ -75,15 +75,9 @@ ModelSpec qwen3_vl_model_spec() {
 }
 
 ModelSpec qwen3_vl_moe_model_spec() {
-  ModelSpec s;
-  s.model_type = "qwen3_vl_moe";
-  s.description = "Qwen3-VL MoE (30B-A3B, 235B-A22B): not supported, refused";
-  s.build = [](const nlohmann::json&, const std::string& where,
-               DType) -> std::shared_ptr<CausalLM> {
-    VLM_FAIL(where, ": model_type \"qwen3_vl_moe\" (Qwen3-VL mixture of experts) is not supported:",
-             " vlmtrain has no MoE layers yet; the dense Qwen3-VL models (\"qwen3_vl\") are");
-  };
-  return s;
+  return refused_model_spec(
+      "qwen3_vl_moe", "Qwen3-VL mixture of experts, 30B-A3B and 235B-A22B",
+      "vlmtrain has no MoE layers yet; the dense Qwen3-VL models (\"qwen3_vl\") are");
 }
 
 } // namespace vlm::model

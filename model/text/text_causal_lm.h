@@ -1,8 +1,9 @@
 // What every family's CausalLM built on the shared text stack has in common: the parameter
 // dtype, the text stack (model/text/text_model.h) and the LM head (lm_head.weight, or the
-// embeddings when tied), the text batch checks and the per-batch block context. A family derives
-// from it, registers its modules in HF's order and adds what is its own (the vision tower, MRoPE,
-// its layer kinds).
+// embeddings when tied), the text batch checks and the per-batch block context; and FamilyLM,
+// the members a family derives from its config alone. A family derives from
+// FamilyLM<its config> (over TextCausalLM, or model/vision/vision_language_lm.h for a VLM),
+// registers its modules in HF's order and adds what is its own (MRoPE, its layer kinds).
 #pragma once
 
 #include <memory>
@@ -41,6 +42,25 @@ protected:
   const char* who_;
   std::shared_ptr<TextModel> text_;
   std::shared_ptr<nn::Linear> lm_head_; // null when tied
+};
+
+// The CausalLM members that come from a family's config (validated on construction): its
+// vocabulary, longest sequence, config.json and summary.
+template <typename Config, typename Base = TextCausalLM> class FamilyLM : public Base {
+public:
+  const Config& config() const { return config_; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_positions() const override { return config_.max_position_embeddings; }
+  nlohmann::json hf_config() const override { return config_.to_json(); }
+  std::string summary() const override { return config_.summary(); }
+
+protected:
+  FamilyLM(const Config& config, DType param_dtype, const char* who)
+      : Base(param_dtype, who), config_(config) {
+    config_.validate();
+  }
+
+  Config config_;
 };
 
 } // namespace vlm::model

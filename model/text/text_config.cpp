@@ -123,4 +123,15 @@ std::string TextConfig::text_summary() const {
   return os.str();
 }
 
+void TextConfig::set_tiny_sizes() {
+  vocab_size = 512;
+  hidden_size = 64;
+  intermediate_size = 128;
+  num_attention_heads = 4;
+  num_key_value_heads = 2;
+  rms_norm_eps = 1e-6;
+  max_position_embeddings = 4096;
+  torch_dtype = "float32";
+}
+
 } // namespace vlm::model

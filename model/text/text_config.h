@@ -58,6 +58,9 @@ struct TextConfig {
   int64_t mlp_matmul_params() const { return 3 * hidden_size * intermediate_size; }
   // "H=64, L=2, Hq=4, Hkv=2, D=32, I=128, vocab=512, tied"
   std::string text_summary() const;
+  // The sizes the tiny test configs of qwen-models.md §8 share: vocab 512, H 64, I 128, Hq 4,
+  // Hkv 2, eps 1e-6, 4096 positions, stored as float32.
+  void set_tiny_sizes();
 };
 
 } // namespace vlm::model

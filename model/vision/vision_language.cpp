@@ -15,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
 // Host copies of small batch tensors (a device tensor is read back: one synchronization).
 std::vector<int64_t> host_ints(const Tensor& t) {
   std::vector<int64_t> out;
@@ -66,6 +64,63 @@ std::string VisionLanguageFields::vision_summary() const {
      << ", heads=" << vision.num_heads << ", Iv=" << vision.intermediate_size
      << ", deepstack=" << vision.deepstack_visual_indexes.size();
   return os.str();
+}
+
+void VisionLanguageFields::set_tiny_vision() {
+  vision.depth = 4;
+  vision.hidden_size = 64;
+  vision.intermediate_size = 128;
+  vision.num_heads = 4;
+  vision.out_hidden_size = 64;
+  vision.num_position_embeddings = 64;
+  vision.deepstack_visual_indexes = {0, 2, 3};
+  image_token_id = 500;
+  video_token_id = 501;
+  vision_start_token_id = 502;
+  vision_end_token_id = 503;
+}
+
+json vlm_text_config(const json& j, const std::string& where, const char* model_type,
+                     const char* text_model_type, const char* family) {
+  VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
+  const std::string type = json_string(j, "model_type", where, model_type);
+  VLM_CHECK(type == model_type, where, ": key 'model_type' is '", type, "'; this loader reads ",
+            family, " (\"", model_type, "\") only");
+  VLM_CHECK(has_key(j, "text_config"), where, ": missing required key 'text_config'");
+  const json t = json_object(j, "text_config", where);
+  const std::string tw = where + " (text_config)";
+  const std::string text_type = json_string(t, "model_type", tw, text_model_type);
+  VLM_CHECK(text_type == text_model_type, tw, ": key 'model_type' is '", text_type,
+            "'; expected \"", text_model_type, "\"");
+  return t;
+}
+
+void read_vlm_config(const json& j, const json& t, const std::string& where,
+                     const std::string& default_vision_type, TextConfig& text,
+                     VisionLanguageFields& vision) {
+  const std::string tw = where + " (text_config)";
+  text.tie_word_embeddings =
+      json_bool(j, "tie_word_embeddings", where, json_bool(t, "tie_word_embeddings", tw, false));
+  vision.read_vision_json(j, where, default_vision_type);
+  text.torch_dtype =
+      json_string(j, "dtype", where,
+                  json_string(j, "torch_dtype", where, json_string(t, "dtype", tw, "bfloat16")));
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (has_key(j, key)) text.token_ids[key] = j[key];
+}
+
+json vlm_config_json(const json& text_config, const char* architecture, const char* model_type,
+                     const TextConfig& text, const VisionLanguageFields& vision) {
+  json j;
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
+  j["text_config"] = text_config;
+  vision.write_vision_json(j);
+  j["tie_word_embeddings"] = text.tie_word_embeddings;
+  j["dtype"] = text.torch_dtype;
+  j["torch_dtype"] = text.torch_dtype;
+  for (const auto& [k, val] : text.token_ids.items()) j[k] = val;
+  return j;
 }
 
 void adapt_to_tokenizer(int64_t& vocab_size, VisionLanguageFields& f, const PresetOptions& o) {
@@ -132,16 +187,6 @@ void check_vision_batch(const Batch& b, const char* who) {
   VLM_CHECK(!b.image_grid_thw.defined() ||
                 (b.image_grid_thw.dim() == 2 && b.image_grid_thw.size(1) == 3),
             who, ": image_grid_thw must be [images, 3], got ", b.image_grid_thw.desc());
-}
-
-ParamRole vision_language_param_role(const std::string& name) {
-  ParamGroup group = ParamGroup::llm;
-  if (starts_with(name, "model.visual.merger.") ||
-      starts_with(name, "model.visual.deepstack_merger_list."))
-    group = ParamGroup::mlp;
-  else if (starts_with(name, "model.visual."))
-    group = ParamGroup::vit;
-  return {group, param_kind_by_name(name)};
 }
 
 void add_vision_flops(TrainingFlops& f, const VisionConfig& v,

@@ -1,7 +1,7 @@
 // What the vision-language families (Qwen3-VL, Qwen3.5) share around their tower: the
 // config.json fields that join the tower to the text stack (vision_config and the special token
-// ids, qwen-models.md §2.1, §3.1), the fusion of image features into the token embeddings (§2.5),
-// the optimizer group of the tower's parameters and its training FLOPs (§7).
+// ids, qwen-models.md §2.1, §3.1), the fusion of image features into the token embeddings (§2.5)
+// and the tower's training FLOPs (§7). The CausalLM base: model/vision/vision_language_lm.h.
 #pragma once
 
 #include <array>
@@ -13,6 +13,7 @@
 
 #include "model/causal_lm.h"
 #include "model/model_spec.h"
+#include "model/text/text_config.h"
 #include "model/vision/vision_config.h"
 #include "model/vision/vision_tower.h"
 
@@ -35,6 +36,10 @@ struct VisionLanguageFields {
   void validate_vision(const std::string& who, int64_t vocab_size, int64_t hidden_size) const;
   // "vision depth=4, Hv=64, heads=4, Iv=128, deepstack=3"
   std::string vision_summary() const;
+  // The tiny test configs' tower (qwen-models.md §8 T2: depth 4, Hv 64, 4 heads, Iv 128, an 8x8
+  // position table, out 64, DeepStack after blocks 0, 2, 3) and special ids (image 500, video
+  // 501, vision start 502, end 503).
+  void set_tiny_vision();
 };
 
 // The token embeddings x [T, H] with the image placeholders (input_ids == image_token_id) replaced,
@@ -54,6 +59,22 @@ FusedEmbeddings fuse_image_features(const VisionTower& tower, const Tensor& toke
                                     const Batch& batch, int64_t image_token_id, DType dtype,
                                     const char* who);
 
+// A vision-language config.json (transformers' layout: text_config, vision_config and the special
+// ids at the top level). vlm_text_config checks that `j` is an object of `model_type` whose
+// text_config is one of `text_model_type` and returns that text_config; read_vlm_config reads the
+// rest: tie_word_embeddings (the top level wins over text_config's), vision_config and the ids, the
+// stored dtype (top level, then text_config's), bos / eos / pad. Errors name `where`.
+nlohmann::json vlm_text_config(const nlohmann::json& j, const std::string& where,
+                               const char* model_type, const char* text_model_type,
+                               const char* family);
+void read_vlm_config(const nlohmann::json& j, const nlohmann::json& text_config,
+                     const std::string& where, const std::string& default_vision_type,
+                     TextConfig& text, VisionLanguageFields& vision);
+// The config.json around a written text_config (model_type already set in it).
+nlohmann::json vlm_config_json(const nlohmann::json& text_config, const char* architecture,
+                               const char* model_type, const TextConfig& text,
+                               const VisionLanguageFields& vision);
+
 // A built-in config adapted to the run's tokenizer: the vocabulary grown to its size (rounded up
 // to a multiple of 64) and its special ids (model/model_spec.h: PresetOptions).
 void adapt_to_tokenizer(int64_t& vocab_size, VisionLanguageFields& fields,
@@ -62,10 +83,6 @@ void adapt_to_tokenizer(int64_t& vocab_size, VisionLanguageFields& fields,
 // The batch checks a VLM adds to a text batch's: [3, T] or [T] position ids, pixel_values and
 // image_grid_thw together.
 void check_vision_batch(const Batch& batch, const char* who);
-
-// model.visual.merger.* and model.visual.deepstack_merger_list.* are "mlp", every other
-// model.visual.* parameter (the position table included) is "vit", the rest "llm".
-ParamRole vision_language_param_role(const std::string& name);
 
 // The tower's training FLOPs for `image_grids` (patch embedding, blocks with attention over each
 // frame's patches, the merger and the DeepStack mergers), added to `flops`.

@@ -3,7 +3,7 @@
 Each generator writes one safetensors file under tests/golden/ holding, per case, the inputs,
 the outputs and the input gradients of one op, named "<case>.<tensor>". The upstream gradient
 used for backward is stored too ("<case>.grad_out"), so the C++ test replays exactly the same
-backward. Metadata records the generator, torch version and seed.
+backward. Metadata records the generator, torch version and seed (and what a generator adds).
 """
 import json
 import os
@@ -31,13 +31,16 @@ class GoldenWriter:
             assert full not in self.tensors, f"duplicate golden tensor {full}"
             self.tensors[full] = t.detach().contiguous().clone()
 
-    def save(self):
+    def save(self, **metadata):
+        """Writes tests/golden/<name>.safetensors; `metadata` (e.g. transformers=version) joins
+        the header's."""
         os.makedirs(GOLDEN_DIR, exist_ok=True)
         path = os.path.join(GOLDEN_DIR, f"{self.name}.safetensors")
         meta = {
             "generator": os.path.relpath(sys.argv[0], REPO),
             "torch": torch.__version__,
             "seed": str(self.seed),
+            **metadata,
         }
         save_file(self.tensors, path, metadata=meta)
         size = os.path.getsize(path)

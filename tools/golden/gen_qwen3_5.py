@@ -87,32 +87,29 @@ only defined through the separate runs. The generator checks (assert):
 Made with torch 2.15.0 (CPU run of the PyPI wheel), transformers 5.25.0, safetensors 0.8.0
 (also in the golden file's metadata).
 
+What this and gen_qwen3_vl.py share (documents, rows, the separate runs, the driver) is in
+vlm_common.py.
+
 Run: python3 tools/golden/gen_qwen3_5.py   (torch + transformers + safetensors from pip)
 """
 import contextlib
 import copy
+import itertools
 import json
 import math
 import os
 import shutil
-import sys
 
 import torch
-import transformers
 import transformers.models.qwen3_5.modeling_qwen3_5 as hf_qwen3_5
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-from common import documents_loss, rel, save_snapshot
+from common import DATA_DIR, rel
+from vlm_common import (GRIDS, SEED, assert_tied, doc_pairs, hf_separate, image_doc, new_model,
+                        text_doc, tiny_config, write_goldens)
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(REPO, "tests", "data")
-GOLDEN = os.path.join(REPO, "tests", "golden", "qwen3_5_tiny.safetensors")
-SEED = 0
-IMAGE, VIDEO, VSTART, VEND = 500, 501, 502, 503
-VOCAB = 512
-GRIDS = [(1, 4, 6), (1, 10, 8)]
 LIN, FULL = "linear_attention", "full_attention"
 VARIANTS = {
     # name: (layer_types, I, GDN (HK, HV, dk, dv), attention (Hq, Hkv, D), mrope_section, tied)
@@ -124,13 +121,10 @@ BF16_KEEP_F32 = ("linear_attn.A_log", "linear_attn.norm.weight")
 
 def t3_config(variant):
     layer_types, inter, (hk, hv, dk, dv), (hq, hkv, hd), section, tied = VARIANTS[variant]
-    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=inter,
-                num_hidden_layers=len(layer_types), layer_types=layer_types,
-                num_attention_heads=hq, num_key_value_heads=hkv, head_dim=hd, rms_norm_eps=1e-6,
-                linear_num_key_heads=hk, linear_num_value_heads=hv, linear_key_head_dim=dk,
-                linear_value_head_dim=dv, linear_conv_kernel_dim=4,
-                max_position_embeddings=4096, attention_bias=False, hidden_act="silu",
-                initializer_range=0.02,
+    text = dict(intermediate_size=inter, num_hidden_layers=len(layer_types),
+                layer_types=layer_types, num_attention_heads=hq, num_key_value_heads=hkv,
+                head_dim=hd, linear_num_key_heads=hk, linear_num_value_heads=hv,
+                linear_key_head_dim=dk, linear_value_head_dim=dv, linear_conv_kernel_dim=4,
                 rope_parameters={"rope_type": "default", "rope_theta": 1e7,
                                  "partial_rotary_factor": 0.25, "mrope_section": section,
                                  "mrope_interleaved": True},
@@ -138,22 +132,12 @@ def t3_config(variant):
                 # §3.1); full_attention_interval contradicts the tied variant's list on purpose
                 full_attention_interval=4, attn_output_gate=True, mamba_ssm_dtype="float32",
                 mtp_num_hidden_layers=0, mtp_use_dedicated_embeddings=False)
-    vision = dict(depth=2, hidden_size=16, num_heads=1, intermediate_size=32, patch_size=16,
-                  temporal_patch_size=2, in_channels=3, spatial_merge_size=2, out_hidden_size=64,
-                  num_position_embeddings=64, hidden_act="gelu_pytorch_tanh",
-                  initializer_range=0.02)
-    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=IMAGE,
-                        video_token_id=VIDEO, vision_start_token_id=VSTART,
-                        vision_end_token_id=VEND, tie_word_embeddings=tied)
-    cfg._attn_implementation = "eager"
-    cfg.text_config._attn_implementation = "eager"
-    cfg.vision_config._attn_implementation = "eager"
-    return cfg
+    vision = dict(depth=2, hidden_size=16, num_heads=1, intermediate_size=32)
+    return tiny_config(Qwen3_5Config, text, vision, tied)
 
 
 def build_model(variant):
-    torch.manual_seed(SEED + (variant == "tied"))
-    model = Qwen3_5ForConditionalGeneration(t3_config(variant)).float().eval()
+    model = new_model(Qwen3_5ForConditionalGeneration, t3_config(variant), variant)
     with torch.no_grad():
         for name, mod in model.named_modules():
             if isinstance(mod, hf_qwen3_5.Qwen3_5RMSNorm):  # zero-centred: (1 + w)
@@ -178,76 +162,22 @@ def build_model(variant):
             elif isinstance(mod, torch.nn.Embedding) and name == "model.language_model.embed_tokens":
                 mod.weight.normal_(0.0, 1.0 / math.sqrt(mod.weight.shape[1]))
     if variant == "tied":
-        assert model.lm_head.weight.data_ptr() == model.model.language_model.embed_tokens.weight.data_ptr()
+        assert_tied(model)
     assert model.config.text_config._attn_implementation == "eager"
     return model
 
 
-def image_doc(gen, merge=2):
-    """140 tokens: text, image 1, text, image 2 (its placeholders straddle the document's
-    position 64, a chunk boundary), text; labels -100 on the placeholders and a prompt span."""
-    pieces = []
-    def text(n):
-        pieces.append(torch.randint(0, IMAGE, (n,), generator=gen))
-    def image(g):
-        n = g[0] * (g[1] // merge) * (g[2] // merge)
-        pieces.append(torch.tensor([VSTART] + [IMAGE] * n + [VEND]))
-    text(28)
-    image(GRIDS[0])
-    text(14)
-    image(GRIDS[1])
-    text(68)
-    ids = torch.cat(pieces)
-    labels = ids.clone()
-    labels[ids == IMAGE] = -100
-    labels[:5] = -100  # a "prompt" span
-    return ids, labels
-
-
-def text_doc(gen, n, masked=()):
-    ids = torch.randint(0, IMAGE, (n,), generator=gen)
-    labels = ids.clone()
-    labels[list(masked)] = -100
-    return ids, labels
-
-
-def hf_doc_positions(model, ids, grids):
-    mm = (ids == IMAGE).long().view(1, -1)
-    grid = torch.tensor(grids, dtype=torch.long) if grids else None
-    if grid is None:
-        return torch.arange(ids.numel()).view(1, -1).expand(3, -1).clone()
-    pos, _ = model.model.get_rope_index(ids.view(1, -1), mm, image_grid_thw=grid)
-    return pos[:, 0, :]
-
-
-def make_batch(model, gen, with_images):
+def documents(gen, with_images):
     if with_images:
-        docs = [(text_doc(gen, 11, masked=(3, 4)), []), (image_doc(gen), GRIDS),
+        # the image document: 140 tokens, its second image's placeholders straddle the
+        # document's position 64, a chunk boundary
+        docs = [(text_doc(gen, 11, masked=(3, 4)), []), (image_doc(gen, (28, 14, 68)), GRIDS),
                 (text_doc(gen, 1), []), (text_doc(gen, 25, masked=(9,)), [])]
     else:
         docs = [(text_doc(gen, 21, masked=(7, 8)), []), (text_doc(gen, 44, masked=(20,)), [])]
-    ids, labels, pos, cu, doc_grids = [], [], [], [0], []
-    for (d_ids, d_labels), grids in docs:
-        d_labels = d_labels.clone()
-        d_labels[0] = -100  # the previous document's last position must not predict it
-        ids.append(d_ids)
-        labels.append(d_labels)
-        pos.append(hf_doc_positions(model, d_ids, grids))
-        cu.append(cu[-1] + d_ids.numel())
-        doc_grids.append(grids)
-    assert all(c % 64 for c in cu[1:]), cu  # every boundary inside a 64-token chunk
-    batch = {"input_ids": torch.cat(ids).long(), "labels": torch.cat(labels).long(),
-             "position_ids": torch.cat(pos, dim=1).long().contiguous(),
-             "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
-             "doc_lengths": torch.tensor([d[0][0].numel() for d in docs], dtype=torch.int64)}
-    all_grids = [g for gs in doc_grids for g in gs]
-    if all_grids:
-        patches = sum(t * h * w for t, h, w in all_grids)
-        vc = model.config.vision_config
-        dim = vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2
-        batch["pixel_values"] = torch.randn(patches, dim, generator=gen)
-        batch["image_grid_thw"] = torch.tensor(all_grids, dtype=torch.int64)
-    return batch, doc_grids
+    cu = list(itertools.accumulate(ids.numel() for (ids, _), _ in docs))
+    assert all(c % 64 for c in cu), cu  # every boundary inside a 64-token chunk
+    return docs
 
 
 class _Float64Torch:
@@ -273,38 +203,21 @@ def float64_everywhere():
         hf_qwen3_5.torch, torch.Tensor.float = saved_torch, saved_float
 
 
-def grads_of(model):
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters()
-            if p.grad is not None}
-
-
-def doc_pairs(model, batch, doc_grids):
-    """Each document alone through transformers: [(logits, shifted targets)]."""
-    cu = batch["cu_seqlens"].tolist()
-    pairs, patch0, image0 = [], 0, 0
-    for b in range(len(cu) - 1):
-        s, e = cu[b], cu[b + 1]
-        ids, labels = batch["input_ids"][s:e], batch["labels"][s:e]
-        kwargs = {}
-        grids = doc_grids[b]
-        if grids:
-            patches = sum(t * h * w for t, h, w in grids)
-            kwargs = dict(pixel_values=batch["pixel_values"][patch0:patch0 + patches],
-                          image_grid_thw=batch["image_grid_thw"][image0:image0 + len(grids)],
-                          mm_token_type_ids=(ids == IMAGE).long().view(1, -1))
-            patch0 += patches
-            image0 += len(grids)
-        lg = model(input_ids=ids.view(1, -1), use_cache=False, **kwargs).logits[0]
-        target = torch.cat([labels[1:], torch.tensor([-100])])  # HF's shift inside the doc
-        pairs.append((lg, target))
-    return pairs
-
-
-def hf_separate(model, batch, doc_grids):
-    """The definition: each document alone, loss = the row's valid-target mean."""
-    model.zero_grad(set_to_none=True)
-    logits, loss = documents_loss(doc_pairs(model, batch, doc_grids))
-    return logits, loss, grads_of(model)
+def reference(case, model, batch, doc_grids):
+    """The golden: transformers run in float64 on the same (fp32-stored) parameters and inputs;
+    its own fp32 run is off by up to ~3e-5 (logits) and ~2e-4 (gradients) on these models, more
+    than the tolerances it is meant to check."""
+    logits, loss, grads = hf_separate(model, batch, doc_grids)
+    assert len(grads) == len(list(model.parameters())) or "pixel_values" not in batch
+    with float64_everywhere():
+        ref_logits, ref_loss, ref_grads = hf_separate(
+            copy.deepcopy(model).double(),
+            {k: v.double() if v.is_floating_point() else v for k, v in batch.items()},
+            doc_grids)
+    print(f"{case}: transformers fp32 vs float64: logits {rel(logits, ref_logits):.1e}, "
+          f"loss {abs(float(loss) - float(ref_loss)):.1e}, worst gradient "
+          f"{max(rel(grads[n], ref_grads[n]) for n in grads):.1e}")
+    return ref_logits, ref_loss, ref_grads
 
 
 def check_chunk_vs_recurrent(model, batch, doc_grids):
@@ -345,10 +258,10 @@ def check_chunk_vs_recurrent(model, batch, doc_grids):
     assert worst <= 1e-5, worst
 
 
-def check_snapshot(model, name, batch, doc_grids, logits):
+def check_snapshot(model, name, batch, doc_grids):
     """The snapshot on disk: the model's parameter names, and transformers' reload reproduces
-    the logits."""
-    path = os.path.join(DATA, name)
+    the model's logits on the batch."""
+    path = os.path.join(DATA_DIR, name)
     on_disk = set(load_file(os.path.join(path, "model.safetensors")))
     params = {n for n, _ in model.named_parameters()}
     if model.config.tie_word_embeddings:
@@ -357,7 +270,8 @@ def check_snapshot(model, name, batch, doc_grids, logits):
     loaded = Qwen3_5ForConditionalGeneration.from_pretrained(
         path, attn_implementation="eager", dtype=torch.float32).eval()
     with torch.no_grad():
-        again = torch.cat([lg for lg, _ in doc_pairs(loaded, batch, doc_grids)])
+        logits, again = (torch.cat([lg for lg, _ in doc_pairs(m, batch, doc_grids)])
+                         for m in (model, loaded))
     err = rel(again, logits)
     print(f"{name}: reloaded snapshot reproduces the logits, rel {err:.1e}")
     assert err <= 1e-6, err
@@ -394,8 +308,8 @@ def write_bf16_snapshot(src_name, name, gen):
     """The fp32 snapshot src_name re-saved as official Qwen3.5 checkpoints are typed: BF16 but
     linear_attn.A_log and linear_attn.norm.weight F32, plus mtp.* (BF16). transformers must load
     it (dropping mtp.*) to the same values."""
-    src = os.path.join(DATA, src_name)
-    path = os.path.join(DATA, name)
+    src = os.path.join(DATA_DIR, src_name)
+    path = os.path.join(DATA_DIR, name)
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
     fp32 = load_file(os.path.join(src, "model.safetensors"))
@@ -428,57 +342,19 @@ def write_bf16_snapshot(src_name, name, gen):
           f"{os.path.getsize(os.path.join(path, 'model.safetensors')) / 1024:.0f} KiB")
 
 
+def finish_variant(variant, model, rows):
+    """The checks on the packed row, the snapshot's reload and (hybrid) the bf16 snapshot."""
+    batch, doc_grids = rows["packed"]
+    if variant == "hybrid":
+        check_chunk_vs_recurrent(model, batch, doc_grids)
+    check_snapshot(model, f"qwen3_5_tiny_{variant}", batch, doc_grids)
+    if variant == "hybrid":
+        write_bf16_snapshot("qwen3_5_tiny_hybrid", "qwen3_5_tiny_hybrid_bf16",
+                            torch.Generator().manual_seed(SEED + 20))
+
+
 def main():
-    golden = {}
-    bdir = os.path.join(DATA, "qwen3_5_tiny_batches")
-    shutil.rmtree(bdir, ignore_errors=True)
-    os.makedirs(bdir)
-    for variant in VARIANTS:
-        model = build_model(variant)
-        gen = torch.Generator().manual_seed(SEED + 10 + (variant == "tied"))
-        packed = None
-        for bname, with_images in (("packed", True), ("text", False)):
-            case = f"{variant}_{bname}"
-            batch, doc_grids = make_batch(model, gen, with_images)
-            save_file({k: v.contiguous() for k, v in batch.items()},
-                      os.path.join(bdir, f"{case}.safetensors"),
-                      metadata={"generator": os.path.relpath(sys.argv[0], REPO)})
-            logits, loss, grads = hf_separate(model, batch, doc_grids)
-            # The golden is transformers run in float64 on the same (fp32-stored) parameters and
-            # inputs: its own fp32 run is off by up to ~3e-5 (logits) and ~2e-4 (gradients) on
-            # these models, more than the tolerances it is meant to check.
-            with float64_everywhere():
-                ref_logits, ref_loss, ref_grads = hf_separate(
-                    copy.deepcopy(model).double(),
-                    {k: v.double() if v.is_floating_point() else v for k, v in batch.items()},
-                    doc_grids)
-            print(f"{case}: transformers fp32 vs float64: logits {rel(logits, ref_logits):.1e}, "
-                  f"loss {abs(float(loss) - float(ref_loss)):.1e}, worst gradient "
-                  f"{max(rel(grads[n], ref_grads[n]) for n in grads):.1e}")
-            golden[f"{case}.logits"] = ref_logits.float().contiguous()
-            golden[f"{case}.loss"] = ref_loss.float().reshape(())
-            for n, g in ref_grads.items():
-                golden[f"{case}.grad.{n}"] = g.float().contiguous()
-            vision = [n for n in grads if n.startswith("model.visual.")]
-            assert len(grads) == len(list(model.parameters())) or not with_images
-            image_rows = int((batch["input_ids"] == IMAGE).sum())
-            print(f"{case}: {batch['input_ids'].numel()} tokens, cu_seqlens "
-                  f"{batch['cu_seqlens'].tolist()}, {image_rows} image tokens, "
-                  f"loss {float(loss):.6f}, {len(grads)} gradients ({len(vision)} vision)")
-            if with_images:
-                packed = (batch, doc_grids, logits)
-        if variant == "hybrid":
-            check_chunk_vs_recurrent(model, packed[0], packed[1])
-        save_snapshot(model, f"qwen3_5_tiny_{variant}")
-        check_snapshot(model, f"qwen3_5_tiny_{variant}", *packed)
-        if variant == "hybrid":
-            write_bf16_snapshot("qwen3_5_tiny_hybrid", "qwen3_5_tiny_hybrid_bf16",
-                                torch.Generator().manual_seed(SEED + 20))
-    save_file(golden, GOLDEN, metadata={"generator": os.path.relpath(sys.argv[0], REPO),
-                                        "torch": torch.__version__,
-                                        "transformers": transformers.__version__,
-                                        "seed": str(SEED)})
-    print(f"wrote {GOLDEN}: {len(golden)} tensors, {os.path.getsize(GOLDEN) / 1024:.0f} KiB")
+    write_goldens("qwen3_5_tiny", VARIANTS, build_model, documents, reference, finish_variant)
 
 
 if __name__ == "__main__":
