@@ -170,3 +170,19 @@ TEST_CASE("qwen3_5 model: the registry builds the presets with the released para
     CHECK(std::abs(vision - billions.second) < 0.01);
   }
 }
+
+TEST_CASE("qwen3_5 model: training FLOPs per token are qwen-models.md §7's") {
+  // Qwen3.5-9B at S = 4096, per token: 47.61 GF in the GEMMs (gated q_proj, the Gated DeltaNet
+  // projections, the MLPs and the head), 0.81 GF causal attention in the 8 attention layers and
+  // 0.23 GF for the delta rule's minimal count 18 · HV · dk · dv in the 24 others.
+  auto m = build_model(preset_config("qwen3.5-9b"), "qwen3.5-9b", DType::f32);
+  const TrainingFlops f = m->training_flops({0, 4096});
+  CHECK(f.tokens == 4096);
+  CHECK(std::abs(f.linear / 4096 / 1e9 - 47.61) < 0.01);
+  CHECK(std::abs(f.attention / 4096 / 1e9 - (0.81 + 0.23)) < 0.01);
+  // Packed: attention over each document, not the row; padding (the last segment) left out.
+  const TrainingFlops two = m->training_flops({0, 2048, 4096, 4200}, 2);
+  CHECK(two.tokens == 4096);
+  CHECK(two.linear == f.linear);
+  CHECK(two.attention < f.attention);
+}
