@@ -8,13 +8,13 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <vector>
 
 #include "bench/bench_main.h"
+#include "bench/median.h"
 #include "kernels/norm.h"
 #include "src/core/autograd.h"
 #include "src/core/ops.h"
@@ -25,18 +25,9 @@ using namespace vlm;
 
 namespace {
 
-// Median wall time in seconds of `repeats` runs after one warm-up.
+// Median wall time in seconds of `repeats` runs after one warm-up (of an even count the upper one).
 double median_seconds(int repeats, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < repeats; i++) {
-    auto a = std::chrono::steady_clock::now();
-    fn();
-    auto b = std::chrono::steady_clock::now();
-    t.push_back(std::chrono::duration<double>(b - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return bench::upper_median(bench::wall_seconds(repeats, fn));
 }
 
 void row(const char* name, const char* shape, double flops, double sec, const char* extra = "") {

@@ -1,7 +1,8 @@
-// One Qwen3-VL training step on CPU (forward + backward + clip + AdamW, vision tower included):
-// tokens/s of the TrainStepper on an HF snapshot and a batch file (the format of `vlmtrain
-// dump`: input_ids, labels, position_ids [3, T], cu_seqlens, pixel_values, image_grid_thw).
-// bench/bench_vl_step.sh writes both with transformers and runs PyTorch eager on the same ones.
+// One vision-language training step on CPU (forward + backward + clip + AdamW, vision tower
+// included): tokens/s of the TrainStepper on an HF snapshot of any family (Qwen3-VL, Qwen3.5) and a
+// batch file (the format of `vlmtrain dump`: input_ids, labels, position_ids [3, T], cu_seqlens,
+// pixel_values, image_grid_thw). bench/bench_vl_step.sh writes both with transformers
+// (bench/bench_vl_step_ref.py) and runs PyTorch eager on the same ones.
 //
 // Usage: bench_vl_step --model DIR --batch FILE [--steps K] [--warmup W]   (--help: defaults)
 // The step: fp32, every part trained, AdamW (lr 1e-3 constant for all groups, betas 0.9/0.999,
@@ -61,7 +62,7 @@ int run(const Options& o) {
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"One CPU training step of a Qwen3-VL snapshot on a batch file: tokens/s.",
+  CLI::App app{"One CPU training step of a Qwen3-VL or Qwen3.5 snapshot on a batch file: tokens/s.",
                "bench_vl_step"};
   Options o;
   add_options(app, o);
