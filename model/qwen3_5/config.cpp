@@ -151,7 +151,6 @@ Qwen3_5Config Qwen3_5Config::from_json(const json& j, const std::string& where) 
   for (const char* key : kCarriedKeys)
     if (t.contains(key)) c.carried_text_keys[key] = t[key];
   read_vlm_config(j, t, where, "qwen3_5_vision", c, c);
-  c.vision.deepstack_visual_indexes.clear(); // the config has no such key; the tower none
   try {
     c.validate();
   } catch (const Error& e) {

@@ -55,9 +55,10 @@ void VisionConfig::validate() const {
             "VisionConfig: initializer_range must be >= 0");
 }
 
-VisionConfig VisionConfig::from_json(const nlohmann::json& j, const std::string& where) {
+VisionConfig VisionConfig::from_json(const nlohmann::json& j, const std::string& where,
+                                     const std::string& default_type) {
   VLM_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
-  const std::string type = json_string(j, "model_type", where, "qwen3_vl_vision");
+  const std::string type = json_string(j, "model_type", where, default_type);
   const bool qwen3_5 = type == "qwen3_5_vision" || type == "qwen3_5";
   VLM_CHECK(qwen3_5 || type == "qwen3_vl_vision" || type == "qwen3_vl", where,
             ": key 'model_type' is '", type, "'; expected a Qwen3-VL or Qwen3.5 vision tower");

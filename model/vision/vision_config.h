@@ -42,8 +42,10 @@ struct VisionConfig {
 
   // Throws vlm::Error naming the first invalid field.
   void validate() const;
-  // Parses an HF vision_config object; `where` prefixes every error.
-  static VisionConfig from_json(const nlohmann::json& j, const std::string& where);
+  // Parses an HF vision_config object; `where` prefixes every error. `default_type` stands for
+  // an absent model_type (the family's tower: "qwen3_5_vision" has no DeepStack by default).
+  static VisionConfig from_json(const nlohmann::json& j, const std::string& where,
+                                const std::string& default_type = "qwen3_vl_vision");
   // The vision_config object transformers reads (model_type as given).
   nlohmann::json to_json(const std::string& model_type) const;
 };

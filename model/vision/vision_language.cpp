@@ -29,7 +29,7 @@ void VisionLanguageFields::read_vision_json(const json& j, const std::string& wh
                                             const std::string& default_vision_type) {
   const std::string vw = where + " (vision_config)";
   const json v = json_object(j, "vision_config", where);
-  vision = VisionConfig::from_json(v, vw);
+  vision = VisionConfig::from_json(v, vw, default_vision_type);
   vision_model_type = json_string(v, "model_type", vw, default_vision_type);
   image_token_id = json_int(j, "image_token_id", where, image_token_id);
   video_token_id = json_int(j, "video_token_id", where, video_token_id);

@@ -122,6 +122,11 @@ TEST_CASE("qwen3_5 config: layer kinds, partial rotary and the refusals") {
   CHECK(c.is_linear_attention(0));
   CHECK_FALSE(c.is_linear_attention(3));
   CHECK(c.to_json() == j);
+  // A vision_config without model_type is Qwen3.5's tower: no DeepStack (the tiny one has 2
+  // blocks, so Qwen3-VL's default indexes 8, 16, 24 would not even fit).
+  nlohmann::json untyped = j;
+  untyped["vision_config"].erase("model_type");
+  CHECK(Qwen3_5Config::from_json(untyped, "config.json").vision.deepstack_visual_indexes.empty());
 
   // No layer_types: every full_attention_interval-th layer is attention.
   nlohmann::json k = j;

@@ -15,27 +15,6 @@ namespace {
 // The logsumexp is kept in the accumulation type: fp32, or f64 for f64 inputs.
 DType lse_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
-// Checks cu_seqlens against T: [B+1] i32, starts at 0, ends at T, never decreases.
-void check_cu_seqlens(const Tensor& cu, int64_t tokens, const Tensor& q) {
-  check_defined("attention", "cu_seqlens", cu);
-  VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2,
-            "attention: cu_seqlens must be [B+1] i32 with B >= 1, got ",
-            describe("cu_seqlens", cu));
-  VLM_CHECK(cu.device().is_cpu(), "attention: cu_seqlens must be on the CPU here, got ",
-            describe("cu_seqlens", cu)); // the values are read on the host
-  const Tensor c = cu.contiguous();
-  const int32_t* v = c.data<int32_t>();
-  const int64_t n = c.size(0);
-  VLM_CHECK(v[0] == 0, "attention: cu_seqlens[0] must be 0, got ", v[0], " (",
-            describe("cu_seqlens", cu), ")");
-  for (int64_t b = 1; b < n; b++)
-    VLM_CHECK(v[b] >= v[b - 1], "attention: cu_seqlens must be non-decreasing, but cu_seqlens[", b,
-              "] = ", v[b], " < cu_seqlens[", b - 1, "] = ", v[b - 1], " (",
-              describe("cu_seqlens", cu), ")");
-  VLM_CHECK(v[n - 1] == tokens, "attention: cu_seqlens[", n - 1, "] = ", v[n - 1],
-            " must equal the token count of ", describe("q", q), " (q is [T, Hq, D])");
-}
-
 struct AttentionBackward final : Node {
   Tensor q, k, v, out, lse, cu_seqlens; // contiguous, detached; cu_seqlens always on the CPU
   kernels::AttentionShape shape;
@@ -94,7 +73,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   // Private host copy: backward must see the validated offsets, and the CUDA kernels build their
   // tile lists from host offsets (a CUDA cu_seqlens is copied back, which synchronizes).
   Tensor cu = cu_seqlens.device().is_cpu() ? cu_seqlens.clone() : cu_seqlens.to(Device::cpu());
-  check_cu_seqlens(cu, q.size(0), q);
+  check_cu_seqlens("attention", cu, "q", q);
   if (q.device().is_cuda()) {
     VLM_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16,
               "attention: CUDA supports f32 and bf16, got ", describe("q", q),

@@ -67,4 +67,29 @@ kernels::StridedLayout strided_layout(const Tensor& t) {
   return l;
 }
 
+Tensor plain(const Tensor& t) {
+  if (!t.defined()) return t;
+  NoGradGuard no_grad;
+  return t.contiguous().detach();
+}
+
+void check_cu_seqlens(const char* op, const Tensor& cu, const char* x_name, const Tensor& x) {
+  check_defined(op, "cu_seqlens", cu);
+  VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2, op,
+            ": cu_seqlens must be [docs+1] i32 with docs >= 1, got ", describe("cu_seqlens", cu));
+  VLM_CHECK(cu.device().is_cpu(), op, ": cu_seqlens must be on the CPU (its offsets are read on",
+            " the host), got ", describe("cu_seqlens", cu));
+  const Tensor c = cu.contiguous();
+  const int32_t* v = c.data<int32_t>();
+  const int64_t n = c.size(0);
+  VLM_CHECK(v[0] == 0, op, ": cu_seqlens[0] must be 0, got ", v[0], " (",
+            describe("cu_seqlens", cu), ")");
+  for (int64_t b = 1; b < n; b++)
+    VLM_CHECK(v[b] >= v[b - 1], op, ": cu_seqlens must be non-decreasing, but cu_seqlens[", b,
+              "] = ", v[b], " < cu_seqlens[", b - 1, "] = ", v[b - 1], " (",
+              describe("cu_seqlens", cu), ")");
+  VLM_CHECK(v[n - 1] == x.size(0), op, ": cu_seqlens[", n - 1, "] = ", v[n - 1],
+            " must equal the token count T of ", describe(x_name, x));
+}
+
 } // namespace vlm::ops_detail

@@ -26,6 +26,15 @@ void check_finite(const char* op, const Tensor& out);
 
 kernels::StridedLayout strided_layout(const Tensor& t);
 
+// A contiguous copy without autograd history (what kernels read and nodes save); undefined stays
+// undefined.
+Tensor plain(const Tensor& t);
+
+// The packed documents of an op's input x ([T, ...], named `x_name` in errors): cu_seqlens must be
+// [docs + 1] i32 on the CPU (the kernels read the offsets on the host), start at 0, never
+// decrease and end at T = x.size(0). Errors name op, the entry and its value.
+void check_cu_seqlens(const char* op, const Tensor& cu, const char* x_name, const Tensor& x);
+
 // CUDA kernels take f32 and bf16 (f64 runs on CPU only): throws naming op and tensor otherwise,
 // before anything is allocated (dispatch() would say the same without the tensor).
 void check_cuda_dtype(const char* op, const Tensor& x);

@@ -12,31 +12,6 @@ namespace {
 
 constexpr const char* kOp = "causal_conv1d";
 
-// A contiguous copy without autograd history (what kernels read and nodes save).
-Tensor plain(const Tensor& t) {
-  NoGradGuard no_grad;
-  return t.contiguous().detach();
-}
-
-// cu_seqlens: [docs+1] i32 on the CPU, starts at 0, ends at T = x.size(0), never decreases.
-void check_cu_seqlens(const Tensor& cu, const Tensor& x) {
-  check_defined(kOp, "cu_seqlens", cu);
-  VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2, kOp,
-            ": cu_seqlens must be [docs+1] i32 with docs >= 1, got ", describe("cu_seqlens", cu));
-  VLM_CHECK(cu.device().is_cpu(), kOp, ": cu_seqlens must be on the CPU, got ",
-            describe("cu_seqlens", cu));
-  const Tensor c = cu.contiguous();
-  const int32_t* v = c.data<int32_t>();
-  const int64_t n = c.size(0);
-  VLM_CHECK(v[0] == 0, kOp, ": cu_seqlens[0] must be 0, got ", v[0], " (",
-            describe("cu_seqlens", cu), ")");
-  for (int64_t b = 1; b < n; b++)
-    VLM_CHECK(v[b] >= v[b - 1], kOp, ": cu_seqlens must be non-decreasing, but cu_seqlens[", b,
-              "] = ", v[b], " < cu_seqlens[", b - 1, "] = ", v[b - 1]);
-  VLM_CHECK(v[n - 1] == x.size(0), kOp, ": cu_seqlens[", n - 1, "] = ", v[n - 1],
-            " must equal the token count of ", describe("x", x), " (x is [T, C])");
-}
-
 [[noreturn]] void no_cuda_kernel() { VLM_FAIL(kOp, ": no CUDA kernel yet (CPU only)"); }
 
 struct CausalConv1dBackward final : Node {
@@ -80,7 +55,7 @@ Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& cu_seq
   // A private host copy: backward must see the validated offsets.
   Tensor cu = cu_seqlens.defined() && cu_seqlens.device().is_cpu() ? cu_seqlens.contiguous().clone()
                                                                    : cu_seqlens;
-  check_cu_seqlens(cu, x);
+  check_cu_seqlens(kOp, cu, "x", x);
   Tensor xc = plain(x), wc = plain(weight);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch(

@@ -39,25 +39,6 @@ template <typename Cpu> void run_cpu(const char* name, Device device, DType comp
       [&](auto, void*) { VLM_FAIL(name, ": no CUDA kernel yet (CPU only)"); });
 }
 
-// cu_seqlens: [docs+1] i32 on the CPU, starts at 0, ends at T = q.size(0), never decreases.
-void check_cu_seqlens(const Tensor& cu, const Tensor& q) {
-  check_defined(kOp, "cu_seqlens", cu);
-  VLM_CHECK(cu.dtype() == DType::i32 && cu.dim() == 1 && cu.size(0) >= 2, kOp,
-            ": cu_seqlens must be [docs+1] i32 with docs >= 1, got ", describe("cu_seqlens", cu));
-  VLM_CHECK(cu.device().is_cpu(), kOp, ": cu_seqlens must be on the CPU, got ",
-            describe("cu_seqlens", cu));
-  const Tensor c = cu.contiguous();
-  const int32_t* v = c.data<int32_t>();
-  const int64_t n = c.size(0);
-  VLM_CHECK(v[0] == 0, kOp, ": cu_seqlens[0] must be 0, got ", v[0], " (",
-            describe("cu_seqlens", cu), ")");
-  for (int64_t b = 1; b < n; b++)
-    VLM_CHECK(v[b] >= v[b - 1], kOp, ": cu_seqlens must be non-decreasing, but cu_seqlens[", b,
-              "] = ", v[b], " < cu_seqlens[", b - 1, "] = ", v[b - 1]);
-  VLM_CHECK(v[n - 1] == q.size(0), kOp, ": cu_seqlens[", n - 1, "] = ", v[n - 1],
-            " must equal the token count of ", describe("q", q), " (q is [T, HK, dk])");
-}
-
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                   const Tensor& beta, double scale) {
   const std::pair<const char*, const Tensor*> all[] = {
@@ -141,7 +122,7 @@ Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   // A private host copy: backward must see the validated offsets.
   Tensor cu = cu_seqlens.defined() && cu_seqlens.device().is_cpu() ? cu_seqlens.contiguous().clone()
                                                                    : cu_seqlens;
-  check_cu_seqlens(cu, q);
+  check_cu_seqlens(kOp, cu, "q", q);
   const bool grad = needs_grad({&q, &k, &v, &g, &beta});
   VLM_CHECK(!state || !grad, kOp,
             ": a state (generation) takes no gradient; run under NoGradGuard or with inputs that "

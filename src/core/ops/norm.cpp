@@ -17,13 +17,6 @@ namespace {
 // Per-row statistics are kept in the accumulation type: f64 for f64 tensors, f32 otherwise.
 DType stats_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
-// A contiguous copy without autograd history (what kernels read and nodes save).
-Tensor plain(const Tensor& t) {
-  if (!t.defined()) return t;
-  NoGradGuard no_grad;
-  return t.contiguous().detach();
-}
-
 template <typename T> const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }

@@ -257,6 +257,7 @@ TEST_CASE("gpu activation: every unary op, forward and backward", "[gpu]") {
       {"log", [](const Tensor& x) { return log(x); }, true},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, true},
       {"square", [](const Tensor& x) { return square(x); }, false},
+      {"softplus", [](const Tensor& x) { return softplus(x); }, false},
   };
   for (DType dt : kTypes)
     for (const Op& op : ops)
