@@ -22,6 +22,7 @@
 
 #include "model/batch.h"
 #include "model/flops.h"
+#include "model/stored_tensors.h"
 #include "src/nn/module.h"
 
 namespace vlm::model {
@@ -88,6 +89,17 @@ public:
   // HF initialisation: allocates the parameters (if needed) and fills them by their rules, each
   // from its own stream keyed by its name (nn::Module::initialize).
   void init_weights(Rng& rng);
+
+  // Name prefixes of the tensors a snapshot of this family may hold that the model carries
+  // without computing with them (Qwen3.5: "mtp."); any other unknown tensor is an error.
+  virtual std::vector<std::string> carried_prefixes() const { return {}; }
+  // The stored dtypes and carried tensors of the checkpoint the weights came from (empty for
+  // random weights): loaders fill it, checkpoints and snapshots write it.
+  StoredTensors& stored() { return stored_; }
+  const StoredTensors& stored() const { return stored_; }
+
+private:
+  StoredTensors stored_;
 };
 
 } // namespace vlm::model

@@ -97,9 +97,16 @@ bool is_loadable_float(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
 }
 
+bool has_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (name.compare(0, p.size(), p) == 0) return true;
+  return false;
+}
+
 } // namespace
 
-void load_hf_weights(nn::Module& model, const std::string& dir_name) {
+StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
+                              const std::vector<std::string>& carried_prefixes) {
   const fs::path dir = dir_name;
   VLM_CHECK(fs::is_directory(dir), dir_name, ": not a directory (expected an HF snapshot)");
   SnapshotTensors snap = open_snapshot(dir);
@@ -141,6 +148,12 @@ void load_hf_weights(nn::Module& model, const std::string& dir_name) {
       log_debug(dir_name, ": ignoring the buffer ", name, " (recomputed from rope_theta)");
       continue;
     }
+    if (has_prefix(name, carried_prefixes)) {
+      if (!is_loadable_float(info->dtype))
+        wrong.push_back("  wrong dtype: " + name + " in " + snap.file_of[name] + ": stored " +
+                        dtype_name(info->dtype) + ", expected a float type (F32, BF16, F16, F64)");
+      continue;
+    }
     unexpected.push_back("  unexpected: " + name + " in " + snap.file_of[name] + " " +
                          shape_str(info->shape));
   }
@@ -157,13 +170,39 @@ void load_hf_weights(nn::Module& model, const std::string& dir_name) {
 
   model.materialize();
   const auto params = model.named_parameters();
+  StoredTensors stored;
+  int64_t stored_bytes = 0;
   NoGradGuard no_grad;
   for (const auto& p : params) {
-    Tensor dst = p.tensor;
-    copy_(dst, to_tensor(*snap.tensors.at(p.name)));
+    const io::TensorInfo& info = *snap.tensors.at(p.name);
+    Tensor dst = p.tensor, value = to_tensor(info);
+    copy_(dst, value);
+    stored_bytes += value.nbytes();
+    stored.dtypes[p.name] = info.dtype;
+    if (!holds_all_of(p.tensor.dtype(), info.dtype)) stored.exact[p.name] = value;
+  }
+  for (const auto& [name, info] : snap.tensors)
+    if (!names.count(name) && has_prefix(name, carried_prefixes))
+      stored.carried[name] = to_tensor(*info);
+  // Exact copies are for the few F32 islands of a bf16 checkpoint (Qwen3.5's A_log and gated-norm
+  // weights), not for a whole F32 snapshot loaded into a bf16 model: that would double the host
+  // memory of the load.
+  int64_t exact_bytes = 0;
+  for (const auto& [name, t] : stored.exact) exact_bytes += t.nbytes();
+  if (exact_bytes * 16 > stored_bytes) {
+    log_warn(dir_name, ": ", stored.exact.size(), " of ", params.size(),
+             " tensors are stored more precisely than the parameters hold them; their fp32 "
+             "masters start from the rounded values (train in f32 to keep every stored bit)");
+    stored.exact.clear();
+  }
+  std::string carried;
+  if (!stored.carried.empty()) {
+    carried = "; carrying " + std::to_string(stored.carried.size()) + " tensors it does not use:";
+    for (const auto& p : carried_prefixes) carried += " " + p + "*";
   }
   log_info("loaded ", params.size(), " tensors from ", dir_name, " (", snap.files.size(),
-           snap.files.size() == 1 ? " file" : " files", ")");
+           snap.files.size() == 1 ? " file" : " files", ")", carried);
+  return stored;
 }
 
 const char* hf_dtype_name(DType dtype) {
@@ -240,21 +279,46 @@ void write_config(const fs::path& dir, nlohmann::json config, const char* dtype_
   VLM_CHECK(f.good(), "save_hf_snapshot: cannot write ", (dir / "config.json").string());
 }
 
-// Shards in parameter order (indices into params), each up to max_shard_bytes in the saved dtype
+// A tensor to write: a parameter (converted to `dtype` when written) or a carried tensor (its
+// bytes as they are).
+struct OutTensor {
+  std::string name;
+  Tensor value;
+  DType dtype;
+};
+
+// The parameters, each in its write dtype, then the carried tensors.
+std::vector<OutTensor> tensors_to_write(const nn::Module& model, DType dtype,
+                                        const StoredTensors* stored) {
+  std::vector<OutTensor> out;
+  for (auto& p : model.named_parameters()) {
+    if (!stored) {
+      out.push_back({p.name, p.tensor, dtype});
+      continue;
+    }
+    auto exact = stored->exact.find(p.name);
+    out.push_back({p.name, exact != stored->exact.end() ? exact->second : p.tensor,
+                   stored->write_dtype(p.name, dtype)});
+  }
+  if (stored)
+    for (const auto& [name, value] : stored->carried) out.push_back({name, value, value.dtype()});
+  return out;
+}
+
+// Shards in tensor order (indices into tensors), each up to max_shard_bytes in the saved dtypes
 // (a larger tensor gets its own), and the bytes of them all (the index's total_size).
 struct ShardPlan {
   std::vector<std::vector<size_t>> shards;
   int64_t total_bytes = 0;
 };
 
-ShardPlan plan_shards(const std::vector<nn::NamedParameter>& params, DType dtype,
-                      int64_t max_shard_bytes) {
+ShardPlan plan_shards(const std::vector<OutTensor>& tensors, int64_t max_shard_bytes) {
   ShardPlan plan;
   auto& shards = plan.shards;
   shards.resize(1);
   int64_t shard_bytes = 0;
-  for (size_t i = 0; i < params.size(); i++) {
-    const int64_t n = params[i].tensor.numel() * int64_t(dtype_size(dtype));
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const int64_t n = tensors[i].value.numel() * int64_t(dtype_size(tensors[i].dtype));
     if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
@@ -266,11 +330,11 @@ ShardPlan plan_shards(const std::vector<nn::NamedParameter>& params, DType dtype
   return plan;
 }
 
-// Writes each shard's parameters, converted to `dtype` on the CPU one shard at a time, as
+// Writes each shard's tensors, converted to their dtypes on the CPU one shard at a time, as
 // model.safetensors (one shard) or model-0000i-of-0000n.safetensors; returns the weight map
 // (tensor name -> file).
-nlohmann::json write_shards(const fs::path& dir, const std::vector<nn::NamedParameter>& params,
-                            const std::vector<std::vector<size_t>>& shards, DType dtype) {
+nlohmann::json write_shards(const fs::path& dir, const std::vector<OutTensor>& tensors,
+                            const std::vector<std::vector<size_t>>& shards) {
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); s++) {
@@ -285,10 +349,11 @@ nlohmann::json write_shards(const fs::path& dir, const std::vector<nn::NamedPara
     {
       NoGradGuard no_grad;
       for (size_t i : shards[s]) {
-        Tensor t = params[i].tensor.detach().to(Device::cpu()).to(dtype).contiguous();
+        const OutTensor& o = tensors[i];
+        Tensor t = o.value.detach().to(Device::cpu()).to(o.dtype).contiguous();
         keep.push_back(t);
-        infos.push_back({params[i].name, dtype, t.shape(), t.data_ptr(), t.nbytes()});
-        weight_map[params[i].name] = file;
+        infos.push_back({o.name, o.dtype, t.shape(), t.data_ptr(), t.nbytes()});
+        weight_map[o.name] = file;
       }
     }
     io::write_safetensors((dir / file).string(), infos, meta);
@@ -316,7 +381,8 @@ void write_extra_files(const fs::path& dir, const std::map<std::string, std::str
 
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
                       DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes,
-                      const std::map<std::string, std::string>& extra_files) {
+                      const std::map<std::string, std::string>& extra_files,
+                      const StoredTensors* stored) {
   const char* dtype_str = hf_dtype_name(dtype);
   VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
   fs::path out = fs::path(out_dir).lexically_normal();
@@ -330,10 +396,10 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
   RemoveUnlessDone cleanup{tmp};
 
   write_config(tmp, std::move(config), dtype_str);
-  const auto params = model.named_parameters();
-  const ShardPlan plan = plan_shards(params, dtype, max_shard_bytes);
+  const std::vector<OutTensor> tensors = tensors_to_write(model, dtype, stored);
+  const ShardPlan plan = plan_shards(tensors, max_shard_bytes);
   const std::vector<std::vector<size_t>>& shards = plan.shards;
-  const nlohmann::json weight_map = write_shards(tmp, params, shards, dtype);
+  const nlohmann::json weight_map = write_shards(tmp, tensors, shards);
   if (shards.size() > 1) write_index(tmp, plan.total_bytes, weight_map);
   const std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
   write_extra_files(tmp, extra_files); // after the tokenizer files: extra files win
@@ -347,8 +413,8 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
   cleanup.done = true;
   std::string tok =
       copied.empty() ? "no tokenizer files" : std::to_string(copied.size()) + " tokenizer files";
-  log_info("wrote HF snapshot ", out.string(), ": ", params.size(), " tensors in ", dtype_str, ", ",
-           shards.size(), shards.size() == 1 ? " file, " : " files, ", tok);
+  log_info("wrote HF snapshot ", out.string(), ": ", tensors.size(), " tensors in ", dtype_str,
+           ", ", shards.size(), shards.size() == 1 ? " file, " : " files, ", tok);
 }
 
 } // namespace vlm::model

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/stored_tensors.h"
 #include "src/base/dtype.h"
 #include "src/nn/module.h"
 
@@ -26,7 +27,10 @@ namespace vlm::model {
 // whose head is tied to `model.embed_tokens.weight` (HF tied checkpoints omit it; when present it
 // is ignored — the line says whether it equals the embeddings) and legacy
 // `*.rotary_emb.inv_freq` buffers. Nothing is modified unless the whole check passes.
-void load_hf_weights(nn::Module& model, const std::string& dir);
+// Returns each parameter's stored dtype and, kept raw, every tensor whose name starts with one of
+// `carried_prefixes` (CausalLM::carried_prefixes(); a float dtype is required of them too).
+StoredTensors load_hf_weights(nn::Module& model, const std::string& dir,
+                              const std::vector<std::string>& carried_prefixes = {});
 
 // Shard size above which save_hf_snapshot writes several files and an index (bytes).
 constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;
@@ -38,14 +42,18 @@ constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;
 // tokenizer files found in `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json,
 // merges.txt, generation_config.json, special_tokens_map.json, chat_template.jinja,
 // preprocessor_config.json; "" = none), then `extra_files` (name -> contents; they win over a
-// copied file of the same name). A tied head is not written (as HF does). Never over anything:
+// copied file of the same name). A tied head is not written (as HF does). With `stored`, each
+// parameter is written in stored->write_dtype(name, dtype) (a tensor that came in F32 stays F32
+// in a bf16 snapshot) and stored->carried follow the parameters bit for bit; config.json's dtype
+// stays `dtype`. Never over anything:
 // `out_dir` must not exist or be an empty folder (anything else is an error before any work).
 // Atomic: everything goes to a new hidden folder beside it (mkdtemp), renamed to `out_dir` once
 // complete; an error removes that folder and leaves `out_dir` as it was.
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
                       DType dtype, const std::string& tokenizer_dir,
                       int64_t max_shard_bytes = kDefaultMaxShardBytes,
-                      const std::map<std::string, std::string>& extra_files = {});
+                      const std::map<std::string, std::string>& extra_files = {},
+                      const StoredTensors* stored = nullptr);
 
 // Copies the tokenizer files save_hf_snapshot copies (those of its list that exist in
 // `tokenizer_dir`; "" = none) into `out_dir`; returns their names.

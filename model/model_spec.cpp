@@ -132,7 +132,7 @@ nlohmann::json preset_config(const std::string& preset, const PresetOptions& opt
 
 std::shared_ptr<CausalLM> load_pretrained(const std::string& snapshot_dir, DType param_dtype) {
   auto model = build_model(read_config_json(snapshot_dir), config_path(snapshot_dir), param_dtype);
-  load_hf_weights(*model, snapshot_dir);
+  model->stored() = load_hf_weights(*model, snapshot_dir, model->carried_prefixes());
   return model;
 }
 

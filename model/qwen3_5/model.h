@@ -33,6 +33,8 @@ public:
   TrainingFlops
   training_flops(const std::vector<int32_t>& cu_seqlens, int64_t num_real_docs = -1,
                  const std::vector<std::array<int64_t, 3>>& image_grids = {}) const override;
+  // The multi-token-prediction module (§3.10) is carried through unchanged, not trained.
+  std::vector<std::string> carried_prefixes() const override { return {"mtp."}; }
 };
 
 } // namespace vlm::model

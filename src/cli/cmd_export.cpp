@@ -51,7 +51,8 @@ int cmd_export(const std::vector<std::string>& args) {
   const std::string dir = train::resolve_checkpoint_path(checkpoint, "export: --checkpoint");
   std::shared_ptr<model::CausalLM> m =
       train::load_checkpoint_model(dir, DType::f32, "export: --checkpoint");
-  model::save_hf_snapshot(*m, m->hf_config(), out, dtype, dir);
+  model::save_hf_snapshot(*m, m->hf_config(), out, dtype, dir, model::kDefaultMaxShardBytes, {},
+                          &m->stored());
   std::printf("exported %s (%s) from %s to %s\n", m->summary().c_str(), dtype_name(dtype),
               dir.c_str(), out.c_str());
   return 0;

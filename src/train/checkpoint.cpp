@@ -26,6 +26,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Where parameter `name`'s most exact value is: model/<name>, or its fp32 AdamW master when the
+// parameter was held in a dtype that cannot keep its stored one (an F32 tensor of a bf16 run).
+std::string exact_key(const io::StateReader& in, const model::StoredTensors& kept,
+                      const std::string& name) {
+  const std::string key = "model/" + name, master = "optim/" + name + "/master";
+  auto stored = kept.dtypes.find(name);
+  if (stored == kept.dtypes.end() || model::holds_all_of(in.dtype(key), stored->second) ||
+      !in.has(master))
+    return key;
+  io::check_state_tensor(in, master, in.shape(key), DType::f32);
+  return master;
+}
+
 void check_hdf5_build() {
   VLM_CHECK(io::hdf5_state_available(),
             "checkpoint.format = \"hdf5\": this build has no parallel HDF5 (it needs MPI and "
@@ -206,14 +219,19 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir) {
       io::check_state_tensor(in, "model/" + p.name, p.tensor.shape(), std::nullopt); // any float
     }
     io::check_state_group(in, "model", names);
+    model::StoredTensors kept = model::read_stored_tensors(in);
     NoGradGuard no_grad;
     for (const auto& p : model.named_parameters()) {
-      const std::string key = "model/" + p.name;
+      const std::string key = exact_key(in, kept, p.name);
       Tensor stored = Tensor::empty(p.tensor.shape(), in.dtype(key));
       in.read_tensor_into(key, stored);
       Tensor dst = p.tensor;
       copy_(dst, stored.to(p.tensor.dtype()));
+      // A master read into a bf16 parameter: a run starting from these weights seeds from it.
+      if (key != "model/" + p.name && !model::holds_all_of(p.tensor.dtype(), DType::f32))
+        kept.exact[p.name] = stored;
     }
+    model.stored() = std::move(kept);
     log_info("loaded ", names.size(), " tensors from ", checkpoint_state_file(dir));
   } catch (const Error& e) {
     VLM_FAIL("checkpoint ", dir, ": ", e.what());

@@ -64,7 +64,8 @@ DumpResult run_dump(const DumpOptions& o) {
                          {"ac", parallel::ac_mode_name(o.ac)},
                          {"device", o.device.str()}});
   if (!o.export_dir.empty())
-    model::save_hf_snapshot(*net, net->hf_config(), o.export_dir, o.dtype, o.model_dir);
+    model::save_hf_snapshot(*net, net->hf_config(), o.export_dir, o.dtype, o.model_dir,
+                            model::kDefaultMaxShardBytes, {}, &net->stored());
 
   DumpResult r;
   r.loss = out.loss.item();

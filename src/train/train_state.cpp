@@ -172,6 +172,7 @@ void TrainState::save(io::StateWriter& out) const {
     for (const std::string& s : dp ? dp->all_gather_strings(mine) : std::vector{mine})
       loaders.push_back(nlohmann::json::parse(s));
   }
+  model::write_stored_tensors(out, model->stored());
   const auto r = rng.state();
   out.write_json("state", {{"step", step},
                            {"tokens", tokens},
@@ -187,6 +188,7 @@ void TrainState::load(const io::StateReader& in) {
   check_complete(*this);
   const nlohmann::json s = in.read_json("state");
   check(in, s);
+  model::StoredTensors stored = model::read_stored_tensors(in);
   // The loader first: it refuses a state of another data configuration before changing anything.
   if (loader) restore_loader(s.at("loaders"));
   NoGradGuard no_grad;
@@ -195,6 +197,7 @@ void TrainState::load(const io::StateReader& in) {
     load_tensor(*this, in, "model/" + p.name, p.name, p.tensor);
     params[p.name] = p.tensor;
   }
+  if (!stored.empty()) model->stored() = std::move(stored);
   const nlohmann::json& optim_steps = s.at("optimizer_steps");
   std::vector<std::string> fresh; // trained now, not when saved
   for (const std::string& name : optimizer->param_names()) {

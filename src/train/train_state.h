@@ -5,9 +5,11 @@
 // parameters, AdamW moments and fp32 masters, the same LR (the schedule is a function of the step),
 // and the same data (the loader resumes at the row after the last one trained on).
 //
-// Keys: model/<name> (each parameter), optim/<name>/{exp_avg, exp_avg_sq, master}, and the JSON
-// document "state": {step, tokens, padded_tokens, skipped_steps, rng, optimizer step counts, the
-// schedule it ran with, loaders: each data-parallel rank's loader state, in dp-rank order}.
+// Keys: model/<name> (each parameter), optim/<name>/{exp_avg, exp_avg_sq, master}, the model's
+// stored dtypes and carried tensors (model/stored_tensors.h: stored_dtypes, carried/<name>), and
+// the JSON document "state": {step, tokens, padded_tokens, skipped_steps, rng, optimizer step
+// counts, the schedule it ran with, loaders: each data-parallel rank's loader state, in dp-rank
+// order}.
 //
 // Resuming into another layout: tensors reshard (they are stored whole); the data position
 // carries over only to the same number of data-parallel ranks (each rank reads its own share of

@@ -24,6 +24,8 @@
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/shape_ops.h"
 #include "src/demo/caption_eval.h"
 #include "src/train/batches.h"
 #include "src/train/checkpoint.h"
@@ -98,7 +100,7 @@ std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tok
   else if (is_checkpoint_dir(c.model.model_dir)) // the weights of a checkpoint, not its state
     load_checkpoint_weights(*m, c.model.model_dir);
   else
-    model::load_hf_weights(*m, c.model.model_dir);
+    m->stored() = model::load_hf_weights(*m, c.model.model_dir, m->carried_prefixes());
   apply_freezing(c, *m); // before FSDP: frozen parameters are not sharded
   return m;
 }
@@ -152,6 +154,25 @@ struct Trainer::Data {
 };
 
 namespace {
+
+// A bf16 run's fp32 masters start from the exact stored values of the tensors its parameters
+// round (an F32 A_log in a bf16 model: model/stored_tensors.h), this rank's rows of each when
+// sharded; the host copies are dropped then.
+void seed_masters(model::CausalLM& m, optim::AdamW& optimizer,
+                  const std::map<std::string, parallel::ShardRows>& sharded) {
+  NoGradGuard no_grad;
+  for (const auto& [name, value] : m.stored().exact) {
+    if (!optimizer.has_state(name) || !optimizer.state(name).master.defined()) continue; // frozen
+    Tensor master = optimizer.state(name).master, rows = value;
+    if (auto it = sharded.find(name); it != sharded.end()) {
+      if (it->second.rows == 0) continue;
+      rows = slice(value, 0, it->second.row_begin, it->second.row_begin + it->second.rows);
+      master = slice(master, 0, 0, it->second.rows); // the shard may hold padding rows after
+    }
+    copy_(master, rows.to(DType::f32).to(master.device()));
+  }
+  m.stored().exact.clear();
+}
 
 // "cuda" is this rank's GPU among its node's (one GPU per rank); "cuda:N" is taken as written.
 Device rank_device(const std::string& text, int local_rank) {
@@ -222,6 +243,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   state_.loader = data_->train.get();
   state_.dp = dp_group();
   if (fsdp_) state_.sharded = fsdp_->shard_rows();
+  seed_masters(*model_, stepper_->optimizer(), state_.sharded);
   resume();
   metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
                                           resumed_from_.empty() ? -1 : state_.step);
@@ -520,9 +542,17 @@ std::string Trainer::save_hf_snapshot() {
   // checkpoint is written by every rank, each its own shards).
   if (fsdp_) fsdp_->unshard_all();
   if (rank0()) {
+    // A tensor stored more precisely than its bf16 parameter is written from its fp32 master (not
+    // yet when sharded: the masters are then shards, and the parameter's value is written).
+    model::StoredTensors stored = model_->stored();
+    const optim::AdamW& optimizer = stepper_->optimizer();
+    for (const auto& [name, dtype] : stored.dtypes)
+      if (!fsdp_ && optimizer.has_state(name) && optimizer.state(name).master.defined() &&
+          !model::holds_all_of(config_.training.param_dtype, dtype))
+        stored.exact[name] = optimizer.state(name).master;
     model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype,
                             tokenizer_dir(config_.model.tokenizer), model::kDefaultMaxShardBytes,
-                            extra);
+                            extra, &stored);
     log_info("saved ", dir);
   }
   if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
