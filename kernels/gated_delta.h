@@ -79,4 +79,33 @@ void gated_delta_chunk_bwd(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* d_initial_st
                            const GatedDeltaShape& shape);
 
 } // namespace cpu
+
+// CUDA (kernels/cuda/gated_delta.cu), float only (state and arithmetic in fp32): the recurrence,
+// with the same arguments and results as the CPU kernels. Every pointer except cu_seqlens_host is
+// device memory on the current device; `stream` is a cudaStream_t; the calls are asynchronous.
+// dk, dv <= kGatedDeltaMaxDim. Deterministic: no atomics, fixed summation orders.
+//  * forward: one block per (document, value head, 32 value columns), a thread per column of S
+//    (kept in shared memory) walking the document's tokens in order.
+//  * backward: one block per (document, value head) (at most a few per SM at a time, each with
+//    its own global scratch), a thread per column of S: a forward pass stores the state at every
+//    chunk start (kGatedDeltaChunk tokens), then the chunks are walked backwards, each first
+//    recomputing its per-token states. Scratch: the chunk-start states, about
+//    (T / 64 + docs) · HV · dk · dv floats, plus up to 512 MiB of per-block buffers, plus
+//    2 · T · HV · dk floats for the per-value-head dq / dk when HV > HK (summed in head order by
+//    a second kernel).
+namespace cuda {
+
+constexpr int64_t kGatedDeltaMaxDim = 256;
+
+void gated_delta_recurrent_fwd(float* out, float* final_state, const float* q, const float* k,
+                               const float* v, const float* g, const float* beta,
+                               const float* initial_state, const int32_t* cu_seqlens_host,
+                               const GatedDeltaShape& shape, void* stream);
+void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                               float* d_initial_state, const float* dout, const float* q,
+                               const float* k, const float* v, const float* g, const float* beta,
+                               const float* initial_state, const int32_t* cu_seqlens_host,
+                               const GatedDeltaShape& shape, void* stream);
+
+} // namespace cuda
 } // namespace vlm::kernels

@@ -1,8 +1,12 @@
 #include "src/core/ops/conv1d.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels/conv1d.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/self_check.h"
 
 namespace vlm {
 
@@ -12,7 +16,122 @@ namespace {
 
 constexpr const char* kOp = "causal_conv1d";
 
-[[noreturn]] void no_cuda_kernel() { VLM_FAIL(kOp, ": no CUDA kernel yet (CPU only)"); }
+// The CUDA kernels' first-use check (src/core/ops/self_check.h): forward and backward, SiLU on
+// and off, 40 channels over documents of 5, 1, 0, 70 and 3 tokens, against the CPU kernels in the
+// same dtype. Both sides sum in fp32 in the same order; they differ by FMA contraction and expf
+// (~1e-7 relative in f32) and, in bf16, by at most one rounding of an output (2^-8 relative).
+// Tolerances: 1e-4 (f32), 1e-2 (bf16); a wrong tap, document boundary or missing term is O(1).
+template <typename T> double cuda_error(int64_t K, Device device, void* stream) {
+  const std::vector<int32_t> offsets{0, 5, 6, 6, 76, 79};
+  const int64_t tokens = 79, C = 40, docs = int64_t(offsets.size()) - 1;
+  const DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::bf16;
+  Rng rng(20260601);
+  Tensor x = Tensor::randn({tokens, C}, rng, dtype), w = Tensor::randn({C, K}, rng, dtype, 0.5),
+         dy = Tensor::randn({tokens, C}, rng, dtype);
+  Tensor xd = x.to(device), wd = w.to(device), dyd = dy.to(device);
+  double error = 0;
+  for (bool silu : {false, true}) {
+    Tensor y = Tensor::empty(x.shape(), dtype), dx = Tensor::empty(x.shape(), dtype),
+           dw = Tensor::empty(w.shape(), dtype);
+    kernels::cpu::causal_conv1d_fwd<T>(y.data<T>(), x.data<T>(), w.data<T>(), offsets.data(), docs,
+                                       tokens, C, K, silu);
+    kernels::cpu::causal_conv1d_bwd<T>(dx.data<T>(), dw.data<T>(), dy.data<T>(), x.data<T>(),
+                                       w.data<T>(), offsets.data(), docs, tokens, C, K, silu);
+    Tensor yd = Tensor::empty(x.shape(), dtype, device),
+           dxd = Tensor::empty(x.shape(), dtype, device),
+           dwd = Tensor::empty(w.shape(), dtype, device);
+    kernels::cuda::causal_conv1d_fwd<T>(yd.data<T>(), xd.data<T>(), wd.data<T>(), offsets.data(),
+                                        docs, tokens, C, K, silu, stream);
+    kernels::cuda::causal_conv1d_bwd<T>(dxd.data<T>(), dwd.data<T>(), dyd.data<T>(), xd.data<T>(),
+                                        wd.data<T>(), offsets.data(), docs, tokens, C, K, silu,
+                                        stream);
+    for (auto [got, want] : {std::pair{yd, y}, std::pair{dxd, dx}, std::pair{dwd, dw}})
+      error = std::max(error, max_rel_error(got.to(Device::cpu()).to_doubles(), want.to_doubles()));
+  }
+  return error;
+}
+
+// Whether the CUDA kernels may run for this dtype and kernel size (checked on first use).
+template <typename T> bool cuda_kernels_pass(int64_t K, Device device, void* stream) {
+  const bool f32 = std::is_same_v<T, float>;
+  const std::string key =
+      detail::str_cat(kOp, " ", f32 ? "f32" : "bf16", " kernel_size=", K, " on ", device.str());
+  return gpu_kernel_passes(key, f32 ? 1e-4 : 1e-2,
+                           [&] { return cuda_error<T>(K, device, stream); });
+}
+
+void check_cuda_kernel_size(const Tensor& weight) {
+  VLM_CHECK(weight.device().is_cpu() || weight.size(1) <= kernels::cuda::kMaxConvTaps, kOp,
+            ": kernel_size <= ", kernels::cuda::kMaxConvTaps, " on CUDA, got ",
+            describe("weight", weight));
+}
+
+// y from contiguous, detached x and w on one device; cu: the host offsets. After a failed
+// self-check the CUDA case runs the CPU kernel on host copies.
+Tensor forward(const Tensor& x, const Tensor& w, const Tensor& cu, bool silu) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t docs = cu.size(0) - 1, K = w.size(1);
+  bool on_host = false;
+  dispatch(
+      kOp, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::causal_conv1d_fwd<T>(out.data<T>(), x.data<T>(), w.data<T>(),
+                                           cu.data<int32_t>(), docs, x.size(0), x.size(1), K, silu);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        if (!cuda_kernels_pass<T>(K, x.device(), stream)) {
+          on_host = true;
+          return;
+        }
+        kernels::cuda::causal_conv1d_fwd<T>(out.data<T>(), x.data<T>(), w.data<T>(),
+                                            cu.data<int32_t>(), docs, x.size(0), x.size(1), K, silu,
+                                            stream);
+      });
+  if (on_host) return forward(x.to(Device::cpu()), w.to(Device::cpu()), cu, silu).to(x.device());
+  return out;
+}
+
+struct Grads {
+  Tensor dx, dw; // undefined when not wanted
+};
+
+// dx and / or dw from contiguous, detached tensors on one device (as forward()).
+Grads backward(bool want_dx, bool want_dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+               const Tensor& cu, bool silu) {
+  const Device device = x.device();
+  Grads r;
+  if (want_dx) r.dx = Tensor::empty(x.shape(), x.dtype(), device);
+  if (want_dw) r.dw = Tensor::empty(w.shape(), x.dtype(), device);
+  const int64_t docs = cu.size(0) - 1, K = w.size(1);
+  auto ptr = [](const Tensor& t, auto tag) {
+    return t.defined() ? t.data<decltype(tag)>() : nullptr;
+  };
+  bool on_host = false;
+  dispatch(
+      kOp, device, x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::causal_conv1d_bwd<T>(ptr(r.dx, t), ptr(r.dw, t), dy.data<T>(), x.data<T>(),
+                                           w.data<T>(), cu.data<int32_t>(), docs, x.size(0),
+                                           x.size(1), K, silu);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        if (!cuda_kernels_pass<T>(K, device, stream)) {
+          on_host = true;
+          return;
+        }
+        kernels::cuda::causal_conv1d_bwd<T>(ptr(r.dx, t), ptr(r.dw, t), dy.data<T>(), x.data<T>(),
+                                            w.data<T>(), cu.data<int32_t>(), docs, x.size(0),
+                                            x.size(1), K, silu, stream);
+      });
+  if (!on_host) return r;
+  const Device cpu = Device::cpu();
+  Grads h = backward(want_dx, want_dw, dy.to(cpu), x.to(cpu), w.to(cpu), cu, silu);
+  return {want_dx ? h.dx.to(device) : Tensor(), want_dw ? h.dw.to(device) : Tensor()};
+}
 
 struct CausalConv1dBackward final : Node {
   Tensor x, weight, cu_seqlens; // contiguous, no history; cu_seqlens a private CPU copy
@@ -21,21 +140,9 @@ struct CausalConv1dBackward final : Node {
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     VLM_CHECK(grads[0].shape() == x.shape() && grads[0].dtype() == x.dtype(), name(), ": ",
               describe("grad", grads[0]), " does not match ", describe("x", x));
-    Tensor dy = grads[0].contiguous();
-    Tensor dx = needs_input_grad(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
-    Tensor dw =
-        needs_input_grad(1) ? Tensor::empty(weight.shape(), x.dtype(), x.device()) : Tensor();
-    dispatch(
-        name(), x.device(), x.dtype(),
-        [&](auto t) {
-          using T = decltype(t);
-          kernels::cpu::causal_conv1d_bwd<T>(
-              dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
-              dy.data<T>(), x.data<T>(), weight.data<T>(), cu_seqlens.data<int32_t>(),
-              cu_seqlens.size(0) - 1, x.size(0), x.size(1), weight.size(1), silu);
-        },
-        [&](auto, void*) { no_cuda_kernel(); });
-    return {dx, dw};
+    Grads r = backward(needs_input_grad(0), needs_input_grad(1), grads[0].contiguous(), x, weight,
+                       cu_seqlens, silu);
+    return {r.dx, r.dw};
   }
   void release() override { x = weight = cu_seqlens = Tensor(); }
 };
@@ -57,16 +164,8 @@ Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& cu_seq
                                                                    : cu_seqlens;
   check_cu_seqlens(kOp, cu, "x", x);
   Tensor xc = plain(x), wc = plain(weight);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch(
-      kOp, x.device(), x.dtype(),
-      [&](auto t) {
-        using T = decltype(t);
-        kernels::cpu::causal_conv1d_fwd<T>(out.data<T>(), xc.data<T>(), wc.data<T>(),
-                                           cu.data<int32_t>(), cu.size(0) - 1, x.size(0), x.size(1),
-                                           weight.size(1), silu);
-      },
-      [&](auto, void*) { no_cuda_kernel(); });
+  check_cuda_kernel_size(weight);
+  Tensor out = forward(xc, wc, cu, silu);
   if (needs_grad({&x, &weight})) {
     auto node = std::make_shared<CausalConv1dBackward>();
     node->x = xc;

@@ -11,7 +11,8 @@ namespace vlm {
 // weight: [C, K] (HF's conv1d.weight [C, 1, K] squeezed), x's dtype and device; cu_seqlens:
 // [docs+1] i32 on the CPU, 0 .. T non-decreasing (empty documents allowed). Sums in f32 (f64 for
 // f64), the result has x's dtype. Differentiable in x and weight (the weight gradient is
-// bit-identical for any thread count). CPU only for now: CUDA throws "no CUDA kernel yet".
+// bit-identical for any thread count). CUDA (f32, bf16; K <= 8): kernels/cuda/conv1d.cu, checked
+// against the CPU kernel on first use per configuration (src/core/ops/self_check.h).
 Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& cu_seqlens, bool silu);
 
 } // namespace vlm

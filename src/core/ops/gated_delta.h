@@ -21,7 +21,9 @@ namespace vlm {
 // [docs, HV, dk, dv] (f32; f64 for f64 inputs) that document b starts from (undefined: zeros),
 // and *state is replaced by the final states (same shape and dtype). Passing a state while
 // recording a graph (grad mode on and an input that requires grad) throws.
-// CPU only for now: CUDA throws "no CUDA kernel yet".
+// CUDA (f32 compute, dk, dv <= 256): the recurrence kernels of kernels/cuda/gated_delta.cu (not
+// yet the chunked tensor-core form), checked against the CPU recurrence on first use per (dk, dv)
+// (src/core/ops/self_check.h): on a mismatch the op runs the CPU kernel on host copies.
 Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const Tensor& cu_seqlens, double scale,
                         Tensor* state = nullptr);
