@@ -532,6 +532,34 @@ void Trainer::save_checkpoint() {
   summary_.final_checkpoint = save_hf_snapshot();
 }
 
+std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
+  std::map<std::string, Tensor> out;
+  const optim::AdamW& optimizer = stepper_->optimizer();
+  NoGradGuard no_grad;
+  for (const auto& [name, dtype] : model_->stored().dtypes) { // the same names on every rank
+    if (model::holds_all_of(config_.training.param_dtype, dtype) || !optimizer.has_state(name) ||
+        !optimizer.state(name).master.defined())
+      continue;
+    const Tensor& master = optimizer.state(name).master;
+    auto it = state_.sharded.find(name);
+    if (it == state_.sharded.end()) {
+      out[name] = master;
+      continue;
+    }
+    // Each row from the one rank that saves it, zeros elsewhere: the sum is that row (bit for bit;
+    // a -0 becomes +0).
+    const parallel::ShardRows& r = it->second;
+    Tensor whole = Tensor::zeros(r.full_shape, DType::f32, master.device());
+    if (r.writes && r.rows > 0) {
+      Tensor mine = slice(whole, 0, r.row_begin, r.row_begin + r.rows);
+      copy_(mine, slice(master, 0, 0, r.rows));
+    }
+    mesh_->world().all_reduce(whole, parallel::ReduceOp::sum);
+    out[name] = whole;
+  }
+  return out;
+}
+
 std::string Trainer::save_hf_snapshot() {
   const std::string dir = hf_snapshot_dir(config_.checkpoint.output_dir, state_.step);
   // A VLM snapshot records the image sizes it was trained on (`vlmtrain generate` reads them).
@@ -541,15 +569,10 @@ std::string Trainer::save_hf_snapshot() {
   // The whole model on every rank (FSDP gathers it), written by rank 0 (the resumable HDF5
   // checkpoint is written by every rank, each its own shards).
   if (fsdp_) fsdp_->unshard_all();
+  // A tensor stored more precisely than its bf16 parameter is written from its fp32 master.
+  model::StoredTensors stored = model_->stored();
+  stored.exact = whole_exact_masters();
   if (rank0()) {
-    // A tensor stored more precisely than its bf16 parameter is written from its fp32 master (not
-    // yet when sharded: the masters are then shards, and the parameter's value is written).
-    model::StoredTensors stored = model_->stored();
-    const optim::AdamW& optimizer = stepper_->optimizer();
-    for (const auto& [name, dtype] : stored.dtypes)
-      if (!fsdp_ && optimizer.has_state(name) && optimizer.state(name).master.defined() &&
-          !model::holds_all_of(config_.training.param_dtype, dtype))
-        stored.exact[name] = optimizer.state(name).master;
     model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype,
                             tokenizer_dir(config_.model.tokenizer), model::kDefaultMaxShardBytes,
                             extra, &stored);

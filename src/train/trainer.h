@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -112,6 +113,10 @@ private:
   // The HF snapshot output_dir/checkpoint-step-N of the current step (gathered, rank 0 writes);
   // returns the folder.
   std::string save_hf_snapshot();
+  // The fp32 masters of the parameters held less precisely than they were stored (an F32 tensor
+  // of a bf16 run; model/stored_tensors.h), whole; collective (FSDP shards are summed over every
+  // rank, each row from the rank that saves it).
+  std::map<std::string, Tensor> whole_exact_masters() const;
   // The parts of train_step: the step's micro-batches (their tokens and FLOPs into rec; every
   // rank stops together when one's share of the data ended), the data counts (skips against the
   // ceiling; tokens and FLOPs summed over the data-parallel ranks), the progress line.
