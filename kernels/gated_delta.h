@@ -107,5 +107,24 @@ void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float
                                const float* initial_state, const int32_t* cu_seqlens_host,
                                const GatedDeltaShape& shape, void* stream);
 
+// The chunked form (kernels/cuda/gated_delta_chunk.cu), same arguments and results, fp32 SIMT:
+//  * forward: one block of 256 threads per (document, value head, group of up to 32 value
+//    columns), walking the document's chunks with the group's state columns and the chunk's
+//    q / k rows in shared memory (about 110 KB for dk = 128).
+//  * backward: the forward kernel stores the state at every chunk start and V', then one block per
+//    (document, value head, column group) walks the chunks backwards (about 210 KB of shared memory
+//    for dk = 128; dk = 256 runs groups of 8 columns). Scratch: (T / 64 + docs) · HV · dk · dv +
+//    T · HV · dv floats, plus 2 · T · HV · groups · dk + 2 · T · HV · groups for the groups' parts
+//    of dq, dk, dg, dbeta (summed in a fixed order by a second kernel; groups = ceil(dv / 32)).
+void gated_delta_chunk_fwd(float* out, float* final_state, const float* q, const float* k,
+                           const float* v, const float* g, const float* beta,
+                           const float* initial_state, const int32_t* cu_seqlens_host,
+                           const GatedDeltaShape& shape, void* stream);
+void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                           float* d_initial_state, const float* dout, const float* q,
+                           const float* k, const float* v, const float* g, const float* beta,
+                           const float* initial_state, const int32_t* cu_seqlens_host,
+                           const GatedDeltaShape& shape, void* stream);
+
 } // namespace cuda
 } // namespace vlm::kernels

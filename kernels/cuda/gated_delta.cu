@@ -19,11 +19,17 @@
 #include <vector>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/gated_delta_common.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {
+
+using gdn::device_attribute;
+using gdn::Dims;
+using gdn::dims_of;
+using gdn::Scratch;
 
 constexpr int kMaxDim = int(kGatedDeltaMaxDim);
 constexpr int kChunk = int(kGatedDeltaChunk);
@@ -31,11 +37,6 @@ constexpr int kChunk = int(kGatedDeltaChunk);
 constexpr int kCols = 32;
 // At most this much of per-block backward scratch at a time (the blocks beyond it wait).
 constexpr size_t kSlotBudget = size_t(512) << 20;
-
-struct Dims {
-  int HK, HV, dk, dv, group; // group = HV / HK
-  float scale;
-};
 
 // One token on column e of a state (element d at S[d * ld]): dst <- α src + k δ with
 // δ = β (v_e - (α src)ᵀ k). dst may be src. α src is rounded before use (no FMA contraction), as
@@ -195,7 +196,7 @@ __global__ void bwd_kernel(BwdArgs A) {
 
 // dst[t, hk, d] = Σ_{i < group} part[t, hk · group + i, d], i in order (the GVA sum).
 __global__ void sum_heads_kernel(float* dst, const float* part, int64_t rows, int group, int dk) {
-  const int64_t n = rows * dk; // rows = T · HK
+  const int64_t n = rows * dk;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / dk, d = e - r * dk;
@@ -206,39 +207,15 @@ __global__ void sum_heads_kernel(float* dst, const float* part, int64_t rows, in
   }
 }
 
-Dims dims_of(const GatedDeltaShape& s, const char* op) {
-  VLM_CHECK(s.tokens >= 0 && s.k_heads > 0 && s.v_heads > 0 && s.v_heads % s.k_heads == 0 &&
-                s.k_dim > 0 && s.v_dim > 0 && s.docs >= 1,
-            op, ": bad shape T=", s.tokens, " HK=", s.k_heads, " HV=", s.v_heads, " dk=", s.k_dim,
-            " dv=", s.v_dim, " docs=", s.docs);
-  VLM_CHECK(s.k_dim <= kMaxDim && s.v_dim <= kMaxDim, op, ": dk=", s.k_dim, ", dv=", s.v_dim,
-            " exceed ", kMaxDim, " on CUDA");
-  VLM_CHECK(s.v_heads <= 65535 && s.tokens <= INT32_MAX && s.docs * s.v_heads <= INT32_MAX, op,
-            ": HV=", s.v_heads, ", T=", s.tokens, ", docs=", s.docs, " exceed the launch limits");
-  return Dims{
-      int(s.k_heads), int(s.v_heads), int(s.k_dim), int(s.v_dim), int(s.v_heads / s.k_heads),
-      float(s.scale)};
-}
-
-// Device memory freed (stream-ordered) when it goes out of scope.
-struct Scratch {
-  void* p = nullptr;
-  cudaStream_t stream;
-  Scratch(size_t bytes, cudaStream_t s) : p(malloc_async(bytes, s)), stream(s) {}
-  ~Scratch() { free_async(p, stream); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(p); }
-};
-
-int device_attribute(cudaDeviceAttr attr) {
-  int device = 0, value = 0;
-  VLM_CUDA_CHECK(cudaGetDevice(&device));
-  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
-  return value;
-}
-
 } // namespace
+
+void gdn::sum_heads(float* dst, const float* part, int64_t rows, int group, int dim,
+                    cudaStream_t stream, const char* op) {
+  if (rows == 0) return;
+  sum_heads_kernel<<<dev::flat_blocks(rows * dim), dev::kThreads, 0, stream>>>(dst, part, rows,
+                                                                               group, dim);
+  check_last_launch(op);
+}
 
 void gated_delta_recurrent_fwd(float* out, float* final_state, const float* q, const float* k,
                                const float* v, const float* g, const float* beta,
@@ -325,13 +302,10 @@ void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float
   check_last_launch("gated_delta_recurrent_bwd");
   if (gva && shape.tokens > 0) {
     const int64_t rows = shape.tokens * P.HK;
-    const unsigned blocks = dev::flat_blocks(rows * P.dk);
-    sum_heads_kernel<<<blocks, dev::kThreads, 0, st>>>(dq, dq_part.as<float>(), rows, P.group,
-                                                       P.dk);
-    check_last_launch("gated_delta_recurrent_bwd (dq head sum)");
-    sum_heads_kernel<<<blocks, dev::kThreads, 0, st>>>(dk, dk_part.as<float>(), rows, P.group,
-                                                       P.dk);
-    check_last_launch("gated_delta_recurrent_bwd (dk head sum)");
+    gdn::sum_heads(dq, dq_part.as<float>(), rows, P.group, P.dk, st,
+                   "gated_delta_recurrent_bwd (dq head sum)");
+    gdn::sum_heads(dk, dk_part.as<float>(), rows, P.group, P.dk, st,
+                   "gated_delta_recurrent_bwd (dk head sum)");
   }
 }
 

@@ -75,14 +75,16 @@ Inputs host_copy(const Inputs& in) {
   return {in.q.to(cpu), in.k.to(cpu), in.v.to(cpu), in.g.to(cpu), in.beta.to(cpu)};
 }
 
-// The CUDA kernels' first-use check (src/core/ops/self_check.h), per (dk, dv): forward (with an
+// The CUDA kernels' first-use check (src/core/ops/self_check.h), per (dk, dv) and form (chunked
+// or recurrent; the 70-token document crosses a chunk boundary): forward (with an
 // initial and a final state) and backward (with d_initial_state) on HK = 2, HV = 4 over
 // documents of 1, 70, 0 and 9 tokens, unit-norm q and k, g in [-1.5, -0.01], beta in (0, 1),
 // against the CPU recurrence in double on the same (float) inputs. fp32 sums of dk or dv
 // products over 80 steps of a contracting recurrence: the CPU float kernels measure ~5e-7
 // against double (tests/kernels/test_gated_delta.cpp); tolerance 1e-4 (max-norm relative),
 // while a wrong index or term is 1e-2 or more.
-template <typename T> double cuda_error(int64_t dk, int64_t dv, Device device, void* stream) {
+template <typename T>
+double cuda_error(bool chunked, int64_t dk, int64_t dv, Device device, void* stream) {
   const std::vector<int32_t> offsets{0, 1, 71, 71, 80};
   kernels::GatedDeltaShape s;
   s.tokens = 80;
@@ -138,11 +140,13 @@ template <typename T> double cuda_error(int64_t dk, int64_t dv, Device device, v
          H = on_dev(hf), dO = on_dev(of);
   Tensor out_c = empty32(vf), fin_c = empty32(hf), dq_c = empty32(qf), dk_c = empty32(kf),
          dv_c = empty32(vf), dg_c = empty32(gf), db_c = empty32(bf), dh_c = empty32(hf);
-  kernels::cuda::gated_delta_recurrent_fwd(
-      out_c.data<float>(), fin_c.data<float>(), Q.data<float>(), K.data<float>(), V.data<float>(),
+  const auto fwd =
+      chunked ? kernels::cuda::gated_delta_chunk_fwd : kernels::cuda::gated_delta_recurrent_fwd;
+  const auto bwd =
+      chunked ? kernels::cuda::gated_delta_chunk_bwd : kernels::cuda::gated_delta_recurrent_bwd;
+  fwd(out_c.data<float>(), fin_c.data<float>(), Q.data<float>(), K.data<float>(), V.data<float>(),
       G.data<float>(), B.data<float>(), H.data<float>(), offsets.data(), s, stream);
-  kernels::cuda::gated_delta_recurrent_bwd(
-      dq_c.data<float>(), dk_c.data<float>(), dv_c.data<float>(), dg_c.data<float>(),
+  bwd(dq_c.data<float>(), dk_c.data<float>(), dv_c.data<float>(), dg_c.data<float>(),
       db_c.data<float>(), dh_c.data<float>(), dO.data<float>(), Q.data<float>(), K.data<float>(),
       V.data<float>(), G.data<float>(), B.data<float>(), H.data<float>(), offsets.data(), s,
       stream);
@@ -154,13 +158,20 @@ template <typename T> double cuda_error(int64_t dk, int64_t dv, Device device, v
   return error;
 }
 
-// Whether the CUDA kernels may run for these head dims (checked on first use).
+// Which CUDA kernels run for these head dims (each checked on first use): the chunked ones, else
+// the recurrence, else none (the CPU kernels on host copies).
+enum class CudaKernels { chunked, recurrent, none };
+
 template <typename T>
-bool cuda_kernels_pass(const kernels::GatedDeltaShape& s, Device device, void* stream) {
-  const std::string key =
-      detail::str_cat(kOp, " f32 dk=", s.k_dim, " dv=", s.v_dim, " on ", device.str());
-  return gpu_kernel_passes(key, 1e-4,
-                           [&] { return cuda_error<T>(s.k_dim, s.v_dim, device, stream); });
+CudaKernels cuda_kernels(const kernels::GatedDeltaShape& s, Device device, void* stream) {
+  auto passes = [&](bool chunked) {
+    const std::string key = detail::str_cat(kOp, chunked ? " chunked" : "", " f32 dk=", s.k_dim,
+                                            " dv=", s.v_dim, " on ", device.str());
+    return gpu_kernel_passes(
+        key, 1e-4, [&] { return cuda_error<T>(chunked, s.k_dim, s.v_dim, device, stream); });
+  };
+  if (passes(true)) return CudaKernels::chunked;
+  return passes(false) ? CudaKernels::recurrent : CudaKernels::none;
 }
 
 // Runs cpu(T{}) with T = float or double (the compute dtype) on the CPU, or cuda(float{}, stream)
@@ -191,8 +202,8 @@ struct Outputs {
 };
 
 // The forward on in's device (in: contiguous, compute dtype; initial: undefined or the state).
-// CPU: the chunked kernel; CUDA: the recurrence kernel, or after a failed self-check the CPU
-// kernel on host copies.
+// CPU: the chunked kernel; CUDA: the chunked kernel, or the recurrence, or (both self-checks
+// failed) the CPU kernel on host copies.
 Outputs forward(const Inputs& in, const Tensor& initial, bool want_final, const Tensor& cu,
                 const kernels::GatedDeltaShape& shape) {
   const Device device = in.q.device();
@@ -215,12 +226,14 @@ Outputs forward(const Inputs& in, const Tensor& initial, bool want_final, const 
             in.g.data<T>(), in.beta.data<T>(), ptr(initial, t), cu.data<int32_t>(), shape);
       },
       [&](auto t, void* stream) {
-        if (!cuda_kernels_pass<decltype(t)>(shape, device, stream)) {
+        const CudaKernels which = cuda_kernels<decltype(t)>(shape, device, stream);
+        if (which == CudaKernels::none) {
           on_host = true;
           return;
         }
-        kernels::cuda::gated_delta_recurrent_fwd(
-            r.out.data<float>(), ptr(r.final_state, 0.f), in.q.data<float>(), in.k.data<float>(),
+        const auto fwd = which == CudaKernels::chunked ? kernels::cuda::gated_delta_chunk_fwd
+                                                       : kernels::cuda::gated_delta_recurrent_fwd;
+        fwd(r.out.data<float>(), ptr(r.final_state, 0.f), in.q.data<float>(), in.k.data<float>(),
             in.v.data<float>(), in.g.data<float>(), in.beta.data<float>(), ptr(initial, 0.f),
             cu.data<int32_t>(), shape, stream);
       });
@@ -248,12 +261,14 @@ Grads backward(const Tensor& dout, const Inputs& in, const Tensor& cu,
             in.beta.data<T>(), nullptr, cu.data<int32_t>(), shape);
       },
       [&](auto t, void* stream) {
-        if (!cuda_kernels_pass<decltype(t)>(shape, device, stream)) {
+        const CudaKernels which = cuda_kernels<decltype(t)>(shape, device, stream);
+        if (which == CudaKernels::none) {
           on_host = true;
           return;
         }
-        kernels::cuda::gated_delta_recurrent_bwd(
-            d.q.data<float>(), d.k.data<float>(), d.v.data<float>(), d.g.data<float>(),
+        const auto bwd = which == CudaKernels::chunked ? kernels::cuda::gated_delta_chunk_bwd
+                                                       : kernels::cuda::gated_delta_recurrent_bwd;
+        bwd(d.q.data<float>(), d.k.data<float>(), d.v.data<float>(), d.g.data<float>(),
             d.beta.data<float>(), nullptr, dout.data<float>(), in.q.data<float>(),
             in.k.data<float>(), in.v.data<float>(), in.g.data<float>(), in.beta.data<float>(),
             nullptr, cu.data<int32_t>(), shape, stream);

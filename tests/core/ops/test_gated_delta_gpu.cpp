@@ -1,17 +1,17 @@
 // The Gated DeltaNet kernels on CUDA against the CPU: the causal depthwise conv1d (f32 and bf16,
-// SiLU on and off, kernel sizes 1, 3, 4, 8) and the gated delta rule (f32: forward, final state,
-// backward, d_initial_state; dk != dv, HV = HK and HV = 2·HK, dk = dv = 256 whose backward keeps
-// dS in global memory), over packed documents with empty, 1-token, 64/65-token and 200-token
-// ones. The raw kernels are compared with the CPU kernels directly, so the ops' self-check
-// fallback cannot hide a wrong kernel; the ops (autograd) run with VLM_GPU_SELF_CHECK=strict, and
-// once with =fallback to cover the host path.
-// Tolerances (max-norm relative error):
+// SiLU on and off, kernel sizes 1, 3, 4, 8) and the gated delta rule, recurrent and chunked (f32:
+// forward, final state, backward, d_initial_state; dk != dv, HV = HK and HV = 2·HK, dk = dv = 256
+// whose recurrent backward keeps dS in global memory), over packed documents with empty, 1-token,
+// 64/65-token and 200-token ones. The raw kernels are compared with the CPU kernels directly, so
+// the ops' self-check fallback cannot hide a wrong kernel; the ops (autograd) run with
+// VLM_GPU_SELF_CHECK=strict, and once with =fallback to cover the host path. Tolerances (max-norm
+// relative error):
 //  * conv1d f32 1e-5: the same fp32 sums in the same order (FMA contraction and expf differ,
 //    ~1e-7); bf16 1e-2: an output may round to the neighbouring bf16 (2^-8 relative).
 //  * delta rule f32 5e-5 against the recurrence in double on the same float inputs (the CPU float
-//    kernels measure ~5e-7 there, a host emulation of these kernels ~4e-7); through the ops
-//    (CPU: the chunked kernel, GPU: the recurrence) 1e-4 in f32, 2e-2 in bf16 (each side rounds its
-//    f32 result to bf16 once; gradients pass through bf16 casts).
+//    kernels measure ~5e-7 there, host emulations of the recurrence and chunked CUDA kernels ~4e-7
+//    and ~6e-7); through the ops (CPU and GPU: the chunked kernels) 1e-4 in f32, 2e-2 in bf16
+//    (each side rounds its f32 result to bf16 once; gradients pass through bf16 casts).
 // Skips (exit 77) with the device query text when there is no device.
 #include <catch2/catch.hpp>
 
@@ -154,11 +154,15 @@ DeltaInputs make_inputs(const DeltaCase& c, int64_t T, uint64_t seed) {
   return in;
 }
 
-void check_delta_kernels(const DeltaCase& c, uint64_t seed) {
+// The raw CUDA kernels of one form (chunked or the recurrence) against the CPU recurrence.
+void check_delta_kernels(const DeltaCase& c, uint64_t seed, bool chunked = false) {
   const std::vector<int32_t> cu = offsets_of(c.lengths);
   const int64_t T = cu.back();
-  INFO("HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " lengths"
-             << lengths_str(c.lengths));
+  const auto fwd = chunked ? kc::gated_delta_chunk_fwd : kc::gated_delta_recurrent_fwd;
+  const auto bwd = chunked ? kc::gated_delta_chunk_bwd : kc::gated_delta_recurrent_bwd;
+  INFO((chunked ? "chunked" : "recurrent")
+       << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " lengths"
+       << lengths_str(c.lengths));
   kernels::GatedDeltaShape s;
   s.tokens = T;
   s.k_heads = c.HK;
@@ -191,11 +195,9 @@ void check_delta_kernels(const DeltaCase& c, uint64_t seed) {
     Tensor out_c = empty_on(V, kGpu), fin_c = empty_on(H0, kGpu), dq_c = empty_on(Q, kGpu),
            dk_c = empty_on(K, kGpu), dv_c = empty_on(V, kGpu), dg_c = empty_on(G, kGpu),
            db_c = empty_on(B, kGpu), dh0_c = empty_on(H0, kGpu);
-    kc::gated_delta_recurrent_fwd(out_c.data<float>(), fin_c.data<float>(), Q.data<float>(),
-                                  K.data<float>(), V.data<float>(), G.data<float>(),
-                                  B.data<float>(), H0p, cu.data(), s, nullptr);
-    kc::gated_delta_recurrent_bwd(
-        dq_c.data<float>(), dk_c.data<float>(), dv_c.data<float>(), dg_c.data<float>(),
+    fwd(out_c.data<float>(), fin_c.data<float>(), Q.data<float>(), K.data<float>(), V.data<float>(),
+        G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
+    bwd(dq_c.data<float>(), dk_c.data<float>(), dv_c.data<float>(), dg_c.data<float>(),
         db_c.data<float>(), dh0_c.data<float>(), dO.data<float>(), Q.data<float>(), K.data<float>(),
         V.data<float>(), G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
     const double tol = 5e-5;
@@ -211,10 +213,9 @@ void check_delta_kernels(const DeltaCase& c, uint64_t seed) {
     CHECK(rel_err(dh0_c, dh0) <= tol);
     // Deterministic: a second backward (without d_initial_state) gives the same bits.
     Tensor dq_2 = empty_on(Q, kGpu), dk_2 = empty_on(K, kGpu), dg_2 = empty_on(G, kGpu);
-    kc::gated_delta_recurrent_bwd(dq_2.data<float>(), dk_2.data<float>(), dv_c.data<float>(),
-                                  dg_2.data<float>(), db_c.data<float>(), nullptr, dO.data<float>(),
-                                  Q.data<float>(), K.data<float>(), V.data<float>(),
-                                  G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
+    bwd(dq_2.data<float>(), dk_2.data<float>(), dv_c.data<float>(), dg_2.data<float>(),
+        db_c.data<float>(), nullptr, dO.data<float>(), Q.data<float>(), K.data<float>(),
+        V.data<float>(), G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
     CHECK(same_bits(dq_2, dq_c));
     CHECK(same_bits(dk_2, dk_c));
     CHECK(same_bits(dg_2, dg_c));
@@ -297,6 +298,20 @@ TEST_CASE("gpu gated delta: delta rule kernels match the CPU recurrence", "[gpu]
   check_delta_kernels({3, 6, 40, 24, {130}}, ++seed);      // dims not multiples of 32
   check_delta_kernels({1, 1, 256, 256, {1, 100}}, ++seed); // dS in global memory
   check_delta_kernels({1, 2, 16, 16, {0, 0}}, ++seed);     // no tokens: final = initial state
+}
+
+TEST_CASE("gpu gated delta: chunked delta rule kernels match the CPU recurrence", "[gpu]") {
+  require_device();
+  uint64_t seed = 250;
+  const bool chunked = true;
+  check_delta_kernels({2, 4, 128, 128, kLengths}, ++seed, chunked); // Qwen3.5's dims, GVA
+  check_delta_kernels({2, 2, 64, 32, {200, 1, 0, 9}}, ++seed, chunked);
+  check_delta_kernels({1, 2, 32, 96, {1, 65, 64, 0, 63}}, ++seed, chunked);
+  check_delta_kernels({3, 6, 40, 24, {130}}, ++seed, chunked); // dims not multiples of 32
+  check_delta_kernels({2, 4, 32, 48, {1, 63, 64, 0, 65, 200}}, ++seed, chunked); // groups 32 + 16
+  check_delta_kernels({1, 2, 256, 64, {65, 2}}, ++seed, chunked); // dk = 256: groups of 8 columns
+  check_delta_kernels({1, 1, 256, 256, {1, 100}}, ++seed, chunked);
+  check_delta_kernels({1, 2, 16, 16, {0, 0}}, ++seed, chunked); // no tokens: final = initial state
 }
 
 TEST_CASE("gpu gated delta: gated_delta_rule op (autograd) matches the CPU op", "[gpu]") {
