@@ -535,11 +535,26 @@ void Trainer::save_checkpoint() {
 std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
   std::map<std::string, Tensor> out;
   const optim::AdamW& optimizer = stepper_->optimizer();
+  std::vector<std::string> names; // the same on every rank
+  int64_t elements = 0;
+  for (const auto& [name, dtype] : model_->stored().dtypes)
+    if (!model::holds_all_of(config_.training.param_dtype, dtype) && optimizer.has_state(name) &&
+        optimizer.state(name).master.defined()) {
+      names.push_back(name);
+      elements += state_.sharded.count(name) ? numel(state_.sharded.at(name).full_shape)
+                                             : optimizer.state(name).master.numel();
+    }
+  // The F32 islands of a bf16 checkpoint, not a whole F32 snapshot trained in bf16: gathering all
+  // of that would hold the model whole in fp32 on every rank (its parameters are written then).
+  if (fsdp_ && elements * 16 > model_->num_parameters()) {
+    if (rank0())
+      log_warn("HF snapshot: ", names.size(),
+               " tensors stored more precisely than the bf16 "
+               "parameters are written from the parameters, not from their sharded masters");
+    return out;
+  }
   NoGradGuard no_grad;
-  for (const auto& [name, dtype] : model_->stored().dtypes) { // the same names on every rank
-    if (model::holds_all_of(config_.training.param_dtype, dtype) || !optimizer.has_state(name) ||
-        !optimizer.state(name).master.defined())
-      continue;
+  for (const std::string& name : names) {
     const Tensor& master = optimizer.state(name).master;
     auto it = state_.sharded.find(name);
     if (it == state_.sharded.end()) {
