@@ -171,25 +171,22 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
   model.materialize();
   const auto params = model.named_parameters();
   StoredTensors stored;
-  int64_t stored_bytes = 0;
+  int64_t stored_elements = 0;
   NoGradGuard no_grad;
   for (const auto& p : params) {
     const io::TensorInfo& info = *snap.tensors.at(p.name);
     Tensor dst = p.tensor, value = to_tensor(info);
     copy_(dst, value);
-    stored_bytes += value.nbytes();
+    stored_elements += value.numel();
     stored.dtypes[p.name] = info.dtype;
     if (!holds_all_of(p.tensor.dtype(), info.dtype)) stored.exact[p.name] = value;
   }
   for (const auto& [name, info] : snap.tensors)
     if (!names.count(name) && has_prefix(name, carried_prefixes))
       stored.carried[name] = to_tensor(*info);
-  // Exact copies are for the few F32 islands of a bf16 checkpoint (Qwen3.5's A_log and gated-norm
-  // weights), not for a whole F32 snapshot loaded into a bf16 model: that would double the host
-  // memory of the load.
-  int64_t exact_bytes = 0;
-  for (const auto& [name, t] : stored.exact) exact_bytes += t.nbytes();
-  if (exact_bytes * 16 > stored_bytes) {
+  int64_t exact_elements = 0;
+  for (const auto& [name, t] : stored.exact) exact_elements += t.numel();
+  if (!few_exact(exact_elements, stored_elements)) {
     log_warn(dir_name, ": ", stored.exact.size(), " of ", params.size(),
              " tensors are stored more precisely than the parameters hold them; their fp32 "
              "masters start from the rounded values (train in f32 to keep every stored bit)");

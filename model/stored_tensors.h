@@ -11,6 +11,7 @@
 // `vlmtrain export` reads a checkpoint's master where its bf16 parameter would lose bits.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -34,6 +35,14 @@ struct StoredTensors {
   // dtype when it is more precise (F32 under a bf16 export), else `dtype`.
   DType write_dtype(const std::string& name, DType dtype) const;
 };
+
+// Whether exact copies of `exact_elements` of `all_elements` values are few enough to keep (the
+// F32 islands of a bf16 checkpoint, at most 1/16 of it), not a whole F32 snapshot loaded into a
+// bf16 model, which would double the host memory of a load or hold the model whole in fp32 on
+// every FSDP rank. Loaders and the trainer's snapshot apply the same bound.
+inline bool few_exact(int64_t exact_elements, int64_t all_elements) {
+  return exact_elements * 16 <= all_elements;
+}
 
 // Whether `a` keeps every value of `b` (f64 > f32 > bf16, f16; bf16 and f16 keep neither).
 bool holds_all_of(DType a, DType b);

@@ -544,9 +544,7 @@ std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
       elements += state_.sharded.count(name) ? numel(state_.sharded.at(name).full_shape)
                                              : optimizer.state(name).master.numel();
     }
-  // The F32 islands of a bf16 checkpoint, not a whole F32 snapshot trained in bf16: gathering all
-  // of that would hold the model whole in fp32 on every rank (its parameters are written then).
-  if (fsdp_ && elements * 16 > model_->num_parameters()) {
+  if (fsdp_ && !model::few_exact(elements, model_->num_parameters())) {
     if (rank0())
       log_warn("HF snapshot: ", names.size(),
                " tensors stored more precisely than the bf16 "
