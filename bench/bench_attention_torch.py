@@ -6,15 +6,30 @@ warm-up; fp32; causal per document, documents run one after another; backward = 
 backward minus forward) and prints both with ratio = torch time / our time (>= 1: ours faster).
 
   bench_attention_torch.py OURS_OUTPUT [--reps R] [--threads N]
+
+GPU mode (bench_gpu_ops runs it in the same run as its own attention rows, on the same shapes):
+bf16, one causal document of T tokens, layout [1, H, T, D] (the kv heads repeated to H); the
+forward and the backward (forward + backward minus forward) timed with CUDA events, median of R
+runs after a warm-up; SDPA picks its backend (flash / cuDNN / efficient; the line names the ones
+enabled). One JSON line per shape: {"T", "hq", "hkv", "d", "fwd_ms", "bwd_ms", "torch",
+"device", "sdpa_backends"}, or {"skipped": reason} when torch or its CUDA device is missing
+(exit status 0).
+
+  bench_attention_torch.py --device cuda --shapes T:HQ:HKV:D [T:HQ:HKV:D ...] [--reps R]
 """
 import argparse
+import json
 import re
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # the GPU mode reports it; the CPU mode needs torch
+    torch = None
+    _torch_error = str(e)
 
 
 def median_seconds(reps, fn):
@@ -27,12 +42,85 @@ def median_seconds(reps, fn):
     return statistics.median(times)
 
 
+def cuda_median_ms(reps, fn):
+    """Median milliseconds of reps runs of fn after one warm-up, timed with CUDA events."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def gpu_main(args):
+    if torch is None:
+        print(json.dumps({"skipped": "torch cannot be imported (%s)" % _torch_error}), flush=True)
+        return
+    if not torch.cuda.is_available():
+        print(json.dumps({"skipped": "torch %s sees no CUDA device" % torch.__version__}),
+              flush=True)
+        return
+    dev = torch.device(args.device if ":" in args.device else "cuda:0")
+    torch.manual_seed(0)
+    backends = [name for name, on in (
+        ("flash", torch.backends.cuda.flash_sdp_enabled()),
+        ("cudnn", getattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)()),
+        ("efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
+        ("math", torch.backends.cuda.math_sdp_enabled())) if on]
+    for spec in args.shapes:
+        t, hq, hkv, d = (int(x) for x in spec.split(":"))
+        q = torch.randn(1, hq, t, d, device=dev, dtype=torch.bfloat16)
+        # GQA as the kv heads repeated to Hq before the timing: every SDPA backend takes that
+        # (enable_gqa is not supported by all of them), the same FLOPs as ours.
+        k = torch.randn(1, hkv, t, d, device=dev, dtype=torch.bfloat16).repeat_interleave(
+            hq // hkv, dim=1)
+        v = torch.randn(1, hkv, t, d, device=dev, dtype=torch.bfloat16).repeat_interleave(
+            hq // hkv, dim=1)
+        dout = torch.randn(1, hq, t, d, device=dev, dtype=torch.bfloat16)
+
+        def fwd():
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        def both():
+            ql, kl, vl = (x.detach().requires_grad_() for x in (q, k, v))
+            F.scaled_dot_product_attention(ql, kl, vl, is_causal=True).backward(dout)
+
+        try:
+            fwd_ms = cuda_median_ms(args.reps, fwd)
+            bwd_ms = max(cuda_median_ms(args.reps, both) - fwd_ms, 1e-6)
+        except Exception as e:  # out of memory, an unsupported shape: reported, not a traceback
+            print(json.dumps({"T": t, "hq": hq, "hkv": hkv, "d": d,
+                              "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+            continue
+        print(json.dumps({"T": t, "hq": hq, "hkv": hkv, "d": d, "fwd_ms": fwd_ms,
+                          "bwd_ms": bwd_ms, "torch": torch.__version__,
+                          "device": torch.cuda.get_device_name(dev),
+                          "sdpa_backends": backends}), flush=True)
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("ours")
+    p.add_argument("ours", nargs="?", help="bench_ops_cpu's output (CPU mode)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu (compare with OURS) or cuda[:N]")
+    p.add_argument("--shapes", nargs="*", default=[], help="GPU mode: T:HQ:HKV:D per shape")
     args = p.parse_args()
+    if args.device.startswith("cuda"):
+        gpu_main(args)
+        return
+    if args.ours is None:
+        p.error("OURS_OUTPUT is needed on the CPU")
+    if torch is None:
+        sys.exit("torch cannot be imported: " + _torch_error)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     row = re.compile(r"attention (fwd|bwd) causal\s+(\d+)x(\d+) tok, Hq(\d+) Hkv(\d+) D(\d+)\s+"

@@ -2,19 +2,24 @@
 // reference from the same run:
 //  * GEMM (bf16 in, fp32 accumulate): our linear() on CUDA tensors vs a direct cuBLASLt call of
 //    the same shape (default heuristic, 32 MiB workspace): TFLOP/s and the ratio;
-//  * attention (flash kernels, one causal document, bf16, head dim 128, 16 query / 8 kv heads) at
-//    4k and 8k tokens: forward and backward TFLOP/s (causal FLOPs: fwd 2·T²·D·Hq, bwd 2.5×fwd);
+//  * attention (flash kernels, one causal document, bf16, 16 query / 8 kv heads) at 4k and 8k
+//    tokens, head dim 128, and 8k tokens at head dim 256: forward and backward TFLOP/s (causal
+//    FLOPs: fwd 2·T²·D·Hq, bwd 2.5×fwd); then torch's scaled_dot_product_attention on the same
+//    shapes in the same run (bench/bench_attention_torch.py --device cuda, a child process while
+//    this one waits), each with the ratio torch time / our time (>= 1: ours faster);
 //  * RMSNorm forward on CUDA: GB/s (read x + write y) vs a device-to-device copy of the same bytes.
 // Everything runs on the current stream of cuda:0. Prints one table; an op without a CUDA kernel
-// yet prints "n/a" with the reason.
-//   bench_gpu_ops [--quick]   (--quick: fewer runs of each op)
+// yet prints "n/a" with the reason; the torch rows say why when torch or its GPU is missing.
+//   bench_gpu_ops [--quick] [--torch-script PATH] [--python PYTHON] [--no-torch]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -136,9 +141,19 @@ void bench_gemm(int64_t M, int64_t N, int64_t K, int repeats) {
       fmt("cuBLASLt %.1f TFLOP/s, ratio %.2f", flops / ref / 1e12, ref / ours));
 }
 
-void bench_attention(int64_t T, int repeats) {
+// Our attention timings, for the torch rows after them.
+struct AttentionTiming {
+  int64_t T, Hq, Hkv, D;
+  double fwd, bwd; // seconds
+};
+std::vector<AttentionTiming>& attention_timings() {
+  static std::vector<AttentionTiming> t;
+  return t;
+}
+
+void bench_attention(int64_t T, int64_t D, int repeats) {
   const Device gpu = Device::cuda(0);
-  const int64_t Hq = 16, Hkv = 8, D = 128;
+  const int64_t Hq = 16, Hkv = 8;
   Rng rng(2);
   Tensor q = Tensor::randn({T, Hq, D}, rng, DType::bf16).to(gpu);
   Tensor k = Tensor::randn({T, Hkv, D}, rng, DType::bf16).to(gpu);
@@ -169,14 +184,84 @@ void bench_attention(int64_t T, int repeats) {
                                        v.data<bf16>(), out.data<bf16>(), lse.data<float>(),
                                        cu.data(), s, stream());
   });
-  const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=128", double(T));
+  const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=%.0f", double(T), double(D));
   // H100 anchors (docs/performance-anchors.md §D, causal, hdim 128): FA2 fwd 319 / 333 and
   // FA3 fwd 579 / 602 TFLOP/s at 4k / 8k; FA2 bwd 310 / 318, FA3 bwd 542 / 559.
   const bool k8 = T >= 8192;
+  const bool d128 = D == 128;
   row("attention fwd (causal)", shape, fwd, fwd_flops / fwd / 1e12, "TFLOP/s",
-      k8 ? "H100 FA2 333, FA3 602" : "H100 FA2 319, FA3 579");
+      !d128 ? "torch SDPA below"
+      : k8  ? "H100 FA2 333, FA3 602"
+            : "H100 FA2 319, FA3 579");
   row("attention bwd (causal)", shape, bwd, 2.5 * fwd_flops / bwd / 1e12, "TFLOP/s",
-      k8 ? "H100 FA2 318, FA3 559" : "H100 FA2 310, FA3 542");
+      !d128 ? "torch SDPA below"
+      : k8  ? "H100 FA2 318, FA3 559"
+            : "H100 FA2 310, FA3 542");
+  attention_timings().push_back({T, Hq, Hkv, D, fwd, bwd});
+}
+
+// The number after "key": in one JSON line (NaN when absent): enough for the script's flat output.
+double json_number(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
+  return std::strtod(line.c_str() + at + key.size() + 3, nullptr);
+}
+
+// torch SDPA on the shapes timed above (bench_attention_torch.py --device cuda), one row each for
+// forward and backward with the ratio torch time / ours, then the worst ratio.
+void compare_attention_with_torch(const std::string& python, const std::string& script,
+                                  int repeats) {
+  const auto& ours = attention_timings();
+  if (ours.empty()) return;
+  std::string cmd =
+      python + " '" + script + "' --device cuda --reps " + std::to_string(repeats) + " --shapes";
+  for (const AttentionTiming& t : ours)
+    cmd += " " + std::to_string(t.T) + ":" + std::to_string(t.Hq) + ":" + std::to_string(t.Hkv) +
+           ":" + std::to_string(t.D);
+  cmd += " 2>&1";
+  std::fflush(stdout);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    std::printf("| %-24s | n/a (cannot start %s)\n", "torch SDPA", cmd.c_str());
+    return;
+  }
+  std::vector<std::string> lines;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) lines.emplace_back(buf);
+  const int status = pclose(p);
+  double worst = std::numeric_limits<double>::infinity();
+  int compared = 0;
+  for (const AttentionTiming& t : ours) {
+    const std::string shape =
+        fmt("T=%.0f Hq=16 Hkv=8 D=%.0f", double(t.T), double(t.D)); // as our rows
+    const std::string key = fmt("\"T\": %.0f, \"hq\": %.0f", double(t.T), double(t.Hq)) +
+                            fmt(", \"hkv\": %.0f, \"d\": %.0f,", double(t.Hkv), double(t.D));
+    const auto it = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(key) != std::string::npos && l.find("\"fwd_ms\"") != std::string::npos;
+    });
+    if (it == lines.end()) continue;
+    const double fwd_flops = 2.0 * double(t.T) * double(t.T) * double(t.D) * double(t.Hq);
+    const double tf = json_number(*it, "fwd_ms") * 1e-3, tb = json_number(*it, "bwd_ms") * 1e-3;
+    row("torch SDPA fwd (causal)", shape, tf, fwd_flops / tf / 1e12, "TFLOP/s",
+        fmt("ours / torch speed %.2f", tf / t.fwd));
+    row("torch SDPA bwd (causal)", shape, tb, 2.5 * fwd_flops / tb / 1e12, "TFLOP/s",
+        fmt("ours / torch speed %.2f", tb / t.bwd));
+    worst = std::min({worst, tf / t.fwd, tb / t.bwd});
+    compared++;
+  }
+  if (compared == 0) {
+    std::string why = lines.empty() ? "no output" : lines.back();
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    std::printf("| %-24s | n/a (exit status %d): %s\n", "torch SDPA", status, why.c_str());
+    return;
+  }
+  const std::string& first = lines.front();
+  const size_t at = first.find("\"torch\":");
+  std::printf("attention vs torch SDPA: worst ours / torch speed %.2f over %d shapes (fwd and bwd)"
+              "%s\n",
+              worst, compared,
+              at == std::string::npos ? ""
+                                      : (", " + first.substr(at, first.find('}') - at)).c_str());
 }
 
 void bench_rmsnorm(int64_t rows, int64_t hidden, int repeats) {
@@ -200,7 +285,17 @@ void bench_rmsnorm(int64_t rows, int64_t hidden, int repeats) {
   }
 }
 
-int run(bool quick) {
+struct Options {
+  bool quick = false, no_torch = false;
+  std::string python = "python3";
+  // Beside this source file: the build runs where the tree is (tools/gpu/gpu_check.sh).
+  std::string torch_script =
+      std::string(__FILE__).substr(0, std::string(__FILE__).find_last_of('/') + 1) +
+      "bench_attention_torch.py";
+};
+
+int run(const Options& o) {
+  const bool quick = o.quick;
   if (kernels::cuda::device_count() == 0) {
     std::printf("bench_gpu_ops: %s\n", kernels::cuda::device_query().c_str());
     return 0;
@@ -211,9 +306,12 @@ int run(bool quick) {
   try {
     bench_gemm(4096, 4096, 4096, repeats);
     bench_gemm(8192, 4096, 12288, repeats);
-    bench_attention(4096, quick ? 2 : 5);
-    bench_attention(8192, quick ? 2 : 3);
+    bench_attention(4096, 128, quick ? 2 : 5);
+    bench_attention(8192, 128, quick ? 2 : 3);
+    bench_attention(8192, 256, quick ? 2 : 3);
     bench_rmsnorm(16384, 4096, repeats);
+    synchronize_device(Device::cuda(0));
+    if (!o.no_torch) compare_attention_with_torch(o.python, o.torch_script, quick ? 2 : 5);
   } catch (const Error& e) {
     std::printf("bench_gpu_ops: failed: %s\n", e.what());
     return 1;
@@ -228,7 +326,10 @@ int main(int argc, char** argv) {
                "run.",
                "bench_gpu_ops"};
   cli::show_defaults(app);
-  bool quick = false;
-  app.add_flag("--quick", quick, "fewer runs of each op");
-  return bench::run_main(app, argc, argv, [&] { return run(quick); });
+  Options o;
+  app.add_flag("--quick", o.quick, "fewer runs of each op");
+  app.add_flag("--no-torch", o.no_torch, "leave out torch SDPA on the attention shapes");
+  app.add_option("--python", o.python, "the Python that imports torch");
+  app.add_option("--torch-script", o.torch_script, "bench/bench_attention_torch.py");
+  return bench::run_main(app, argc, argv, [&] { return run(o); });
 }

@@ -64,7 +64,7 @@ struct Options {
   std::string preset = "1.7b";
   int64_t layers = 0;  // 0: the preset's
   int64_t seq_len = 0; // 0: the preset's
-  int64_t rows = 2;
+  int64_t rows = 1;    // 1 x 4096 tokens: both sides fit an H100's 78 GiB (bench_gpu_step.sh)
   int64_t steps = 10, warmup = 3;
   std::string ac = "off";
   int64_t loss_vocab_chunk = 0;

@@ -24,15 +24,18 @@
 #   DEVICE            cuda (default), cuda:N, or cpu (with PRESET=tiny: a smoke run)
 #   PRESET            1.7b (default) or tiny (qwen-models.md T1, tied)
 #   LAYERS            decoder layers (default: the preset's; fewer for a quick run)
-#   SEQ_LEN, ROWS     tokens per row (4096; tiny 64) and rows per step (2)
+#   SEQ_LEN, ROWS     tokens per row (4096; tiny 64) and rows per step (1)
 #   STEPS, WARMUP     timed and warm-up steps (10, 3)
 #   AC                activation checkpointing of our side: off (default), selective, full
 #   LOSS_VOCAB_CHUNK  our head+loss in vocab chunks of N rows (0 = logits then the loss)
 #   TORCH_RECIPES     "amp bf16" (default), a subset, or "" (ours only)
 # The torch side is skipped, with a message, when torch/transformers cannot be imported.
-# Sizing: 1.7B, 2 x 4096 tokens, 13 steps per side: about 0.3 to 0.6 s a step on an H200, plus our
-# CPU init (~20 s) and torch's import and init (~15 s per recipe): under 2 minutes; memory (AC
-# off): ours ~60 GB, torch amp ~80 GB of the 141 GB.
+# Sizing: 1.7B, 1 x 4096 tokens, 13 steps per side: about 0.2 to 0.3 s a step on an H100/H200,
+# plus our CPU init (~20 s) and torch's import and init (~15 s per recipe): about 1.5 minutes.
+# Memory (AC off), each side alone on the GPU (they run one after the other): at 2 x 4096 tokens
+# ours took ~60 GB and torch amp ~80 GB, more than an H100's 78 GiB; at 1 x 4096 the activations
+# halve (fp32 masters, gradients and AdamW states stay ~27 GB): torch amp ~55 GB, ours ~45 GB.
+# ROWS=2 is for an H200 (141 GB).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,7 +47,7 @@ preset=${PRESET:-1.7b}
 default_seq=4096
 [[ $preset == tiny ]] && default_seq=64
 seq=${SEQ_LEN:-$default_seq}
-rows=${ROWS:-2}
+rows=${ROWS:-1}
 steps=${STEPS:-10}
 warmup=${WARMUP:-3}
 recipes=${TORCH_RECIPES-amp bf16}

@@ -3,6 +3,7 @@
 // current device: src/core/stream.h.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace vlm {

@@ -8,8 +8,11 @@
 //     every gradient <= 1e-4. The CUDA f32 path is plain fp32 arithmetic in another order: GEMMs
 //     run cuBLASLt with CUBLAS_COMPUTE_32F (kernels/cuda/gemm.cu; TF32 would need
 //     CUBLAS_COMPUTE_32F_FAST_TF32, so it is not used), attention uses the fp32 SIMT kernels.
-//   bf16 vs transformers (fp32): the CPU test's bf16 bounds, logits <= 2e-2, loss <= 1e-3
-//     absolute, gradients <= 1e-1 (rounding of weights and activations to bf16, see there).
+//   bf16 vs transformers (fp32): at most ~3x what the bf16 CPU run shows against the same golden
+//     (tests/model/test_qwen3_golden.cpp, observed untied / tied: logits 8.4e-3 / 5.0e-3, loss
+//     6.7e-5 / 1.1e-4 absolute, gradients 2.5e-2 / 4.3e-2, at the last layer's k_norm weight):
+//     logits <= 2e-2 (2.4x), loss <= 3e-4 (2.7x), gradients <= 8e-2 (1.9x). The CPU test's own
+//     bounds (1e-3 and 1e-1) are looser than this file's.
 //   bf16 CUDA vs bf16 CPU (same bf16 weights, same batch): the same bounds. Both runs round at
 //     the same points, but what they round differs: fp32 sums in another order flip single
 //     roundings, and CUDA's tensor-core attention rounds the probabilities P to bf16 before P·V
@@ -61,6 +64,10 @@ using namespace vlm::testing::qwen3_golden;
 
 namespace {
 
+// bf16 against the fp32 golden and against the bf16 CPU run (the header says why).
+constexpr double kGpuBf16LogitsTol = 2e-2;
+constexpr double kGpuBf16LossTol = 3e-4;
+constexpr double kGpuBf16GradTol = 8e-2;
 constexpr double kChunkLossTol = 1e-6;
 constexpr double kChunkGradTol = 1e-5;
 
@@ -250,9 +257,9 @@ TEST_CASE("gpu qwen3: bf16 dump on CUDA is close to the fp32 reference and to th
     INFO(variant);
     const TensorMap gpu = dump(variant, "packed", DType::bf16, true, kGpu);
     Errors e = vs_golden(gpu, variant, "packed", true, "bf16 cuda");
-    CHECK(e.logits <= kBf16LogitsTol);
-    CHECK(e.loss <= kBf16LossTol);
-    CHECK(e.worst_grad <= kBf16GradTol);
+    CHECK(e.logits <= kGpuBf16LogitsTol);
+    CHECK(e.loss <= kGpuBf16LossTol);
+    CHECK(e.worst_grad <= kGpuBf16GradTol);
 
     const TensorMap cpu = dump(variant, "packed", DType::bf16, true, Device::cpu());
     std::vector<std::string> names;
@@ -264,9 +271,9 @@ TEST_CASE("gpu qwen3: bf16 dump on CUDA is close to the fp32 reference and to th
         compare(gpu, cpu, "logits", "loss", true, names, [](const std::string& n) { return n; });
     std::printf("gpu bf16 cuda vs bf16 cpu %s: logits %.2e, loss %.2e, worst grad %.2e (%s)\n",
                 variant, d.logits, d.loss, d.worst_grad, d.worst_grad_name.c_str());
-    CHECK(d.logits <= kBf16LogitsTol);
-    CHECK(d.loss <= kBf16LossTol);
-    CHECK(d.worst_grad <= kBf16GradTol);
+    CHECK(d.logits <= kGpuBf16LogitsTol);
+    CHECK(d.loss <= kGpuBf16LossTol);
+    CHECK(d.worst_grad <= kGpuBf16GradTol);
   }
 }
 

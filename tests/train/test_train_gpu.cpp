@@ -6,14 +6,15 @@
 // Tolerances (relative errors):
 //   f32 loop vs PyTorch: the CPU test's, losses and gradient norms <= 1e-4 at every step (the CPU
 //     run is at 1.3e-7 and 9e-6), learning rates to 1e-12 (they do not depend on the device).
-//   bf16 loop, CUDA vs CPU: losses <= 1e-2 at every step, gradient norms <= 2e-2 over the 5
-//     warmup steps. Both runs round to bf16 at the same points; they differ where fp32 sums in
-//     another order land on the other side of a rounding and where CUDA's tensor-core attention
-//     rounds P to bf16. That is a smaller perturbation than dropping bf16 altogether: the bf16
-//     CPU loop against the f32 golden differs by at most 2.0e-3 in the loss and 3.9e-3 in the
-//     gradient norm over the first 6 steps. Later gradient norms are not compared: they spike
-//     (up to 7.4) on particular batches, and the bf16 and f32 runs differ there by up to 15%,
-//     so they measure the trajectory's chaos, not the kernels.
+//   bf16 loop, CUDA vs CPU: losses <= 6e-3 over the first 6 steps, gradient norms <= 1.1e-2 over
+//     the 5 warmup steps (< 3x the measured bound below), and losses <= 1e-2 over all 30 steps
+//     (the trajectory). Both runs round to bf16 at the same points; they differ where fp32 sums
+//     in another order land on the other side of a rounding and where CUDA's tensor-core
+//     attention rounds P to bf16. That is a smaller perturbation than dropping bf16 altogether:
+//     the bf16 CPU loop against the f32 golden differs by at most 2.0e-3 in the loss and 3.9e-3
+//     in the gradient norm over the first 6 steps. Later gradient norms are not compared: they
+//     spike (up to 7.4) on particular batches, and the bf16 and f32 runs differ there by up to
+//     15%, so they measure the trajectory's chaos, not the kernels.
 //   demo (f32, 30 steps of 4 x 256 tokens, eval on 2 micro-batches), CUDA vs CPU: losses,
 //     gradient norms and the eval loss <= 1e-4, as the f32 loop (two CPU runs whose OpenBLAS
 //     thread counts differ already disagree by 1e-7 in the loss and 9e-7 in the gradient norm);
@@ -60,8 +61,10 @@ using vlm::train::TrainStepper;
 
 namespace {
 
+constexpr double kLoopBf16EarlyLossTol = 6e-3;
+constexpr int kLoopBf16EarlyLossSteps = 6;
 constexpr double kLoopBf16LossTol = 1e-2;
-constexpr double kLoopBf16NormTol = 2e-2;
+constexpr double kLoopBf16NormTol = 1.1e-2;
 constexpr int kLoopBf16NormSteps = 5;
 constexpr double kDemoTol = 1e-4;
 constexpr double kDemoWeightTol = 1e-3;
@@ -171,13 +174,18 @@ TEST_CASE("gpu train loop: 30 bf16 steps on CUDA track the bf16 CPU run", "[gpu]
   const LoopRun gpu = run_loop(DType::bf16, kGpu);
   const LoopRun cpu = run_loop(DType::bf16, Device::cpu());
   const double loss_err = max_rel(gpu.losses, cpu.losses);
-  const auto first = [](const std::vector<double>& v) {
-    return std::vector<double>(v.begin(), v.begin() + kLoopBf16NormSteps);
+  const auto first = [](const std::vector<double>& v, int n) {
+    return std::vector<double>(v.begin(), v.begin() + n);
   };
-  const double norm_err = max_rel(first(gpu.norms), first(cpu.norms));
-  std::printf("gpu train loop bf16 cuda vs cpu: max relative error loss %.2e, grad norm %.2e\n",
-              loss_err, norm_err);
+  const double early_loss_err = max_rel(first(gpu.losses, kLoopBf16EarlyLossSteps),
+                                        first(cpu.losses, kLoopBf16EarlyLossSteps));
+  const double norm_err =
+      max_rel(first(gpu.norms, kLoopBf16NormSteps), first(cpu.norms, kLoopBf16NormSteps));
+  std::printf("gpu train loop bf16 cuda vs cpu: max relative error loss %.2e (first %d steps "
+              "%.2e), grad norm %.2e\n",
+              loss_err, kLoopBf16EarlyLossSteps, early_loss_err, norm_err);
   CHECK(gpu.lrs == cpu.lrs);
+  CHECK(early_loss_err <= kLoopBf16EarlyLossTol);
   CHECK(loss_err <= kLoopBf16LossTol);
   CHECK(norm_err <= kLoopBf16NormTol);
   CHECK(gpu.losses.back() < gpu.losses.front() - 1.0); // it learned as the f32 reference does
@@ -224,9 +232,15 @@ void check_demo_on_cuda(std::string_view toml, const std::string& name) {
     cl.push_back(cpu.steps[i]["loss"].get<double>());
     gn.push_back(gpu.steps[i]["grad_norm"].get<double>());
     cn.push_back(cpu.steps[i]["grad_norm"].get<double>());
-    // Device memory and the H200's peak are what the CUDA run reports (the CPU has no MFU).
+    // Device memory and the GPU's peak are what the CUDA run reports (the CPU has no MFU).
     CHECK(gpu.steps[i]["peak_memory_bytes"].get<int64_t>() > 0);
-    CHECK(gpu.steps[i]["mfu"].is_number());
+    if (device_peak_tflops(kGpu) > 0) { // a GPU with a known peak: a fraction of it
+      REQUIRE(gpu.steps[i]["mfu"].is_number());
+      CHECK(gpu.steps[i]["mfu"].get<double>() > 0.0);
+      CHECK(gpu.steps[i]["mfu"].get<double>() < 1.0);
+    } else {
+      CHECK(gpu.steps[i]["mfu"].is_null());
+    }
     CHECK(cpu.steps[i]["mfu"].is_null());
   }
   const double loss_err = max_rel(gl, cl), norm_err = max_rel(gn, cn);

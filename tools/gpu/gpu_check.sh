@@ -1,61 +1,82 @@
 #!/usr/bin/env bash
-# The GPU check for a machine with an NVIDIA GPU, sized so that one part fits in one 10-minute
-# command of the device tool (build -j16 for sm_90 only, then the part's runs):
-#   1. prints nvidia-smi; without a visible GPU it stops after step 3's configure (FAIL) unless
-#      --allow-no-gpu;
-#   2. checks the prerequisites (cmake >= 3.25, nvcc, a C++ compiler, OpenBLAS, Catch2; MPI —
-#      optional: without it the build runs one rank through parallel/mpi.h — and HDF5 reported
-#      only) and names what is missing; Debian packages carried in .gpu-deps/
-#      (`tools/gpu/gpu_deps.sh download` where apt works) are unpacked into BUILD_DIR/deps first;
-#   3. configures BUILD_DIR (-DVLM_CUDA=ON, CMAKE_CUDA_ARCHITECTURES from the GPU, default 90;
-#      cuDNN and NCCL are used when found, else reported: nothing needs them yet) and builds only
-#      the part's targets (tests: the test binaries with `gpu` tests; bench: the GPU benchmarks),
-#      then `vlmtrain device-query`;
-#   4. tests: `ctest -L gpu` with VLM_SYNC=1 (asynchronous faults reported at the op that caused
-#      them); fails if a GPU test fails, or is skipped while a GPU is visible;
-#   5. tests: compute-sanitizer memcheck on one small attention test (WARN when the tool refuses
-#      the device or runs out of time);
-#   6. bench: the GPU benchmarks (BUILD_DIR/bench/*gpu*) and their tables;
-#   7. bench: bench/bench_gpu_step.sh, a Qwen3-1.7B training step, ours vs PyTorch eager
-#      (WARN when the issue-5 targets MFU >= 40% and >= 1.2x torch are missed);
-#   8. prints the summary table and writes it to LOG_DIR/summary.md. Exit status 0 only when
-#      nothing FAILed.
-# Usage: tools/gpu/gpu_check.sh [--part all|tests|bench] [--log-dir DIR] [--build-dir DIR] [--quick]
-#                           [--allow-no-gpu]
-#   --part      tests: steps 1-5; bench: steps 1-3 and 6-7; all (default) needs more than one
-#               10-minute command: run `--part tests`, then `--part bench` (the second build only
-#               adds the bench targets when the machine kept BUILD_DIR).
-#   --log-dir   every log, the console output (gpu_check.log) and summary.md; default $OUT when
-#               set (the device tool brings back what is written there), else BUILD_DIR/gpu_check_logs.
-#   --build-dir default build-gpu/.
+# The GPU check, in ONE command of the device tool (at most 10 minutes; about 9.5 used, so a rerun
+# fits the session): one build of what it runs, the `gpu` tests without and then with VLM_SYNC=1,
+# the kernel and step benchmarks, and every log packed into one tarball next to summary.md.
+#
+# Here (where apt works), once:   bash tools/gpu/gpu_deps.sh download     (fills .gpu-deps/)
+#                                 bash tools/deps/fetch_cudnn_frontend.sh (fills .deps/, optional)
+#                                 bash tools/gpu/gpu_check.sh --dry-run   (the plan, no GPU)
+# Then the device tool's call (both folders are gitignored, so they travel only when carried):
+#   run(command="bash tools/gpu/gpu_check.sh", carry=[".gpu-deps", ".deps"], timeout_s=600)
+# and read summary.md (also printed at the end of the output) and gpu_check_logs.tar.gz from $OUT.
+#
+# Steps, each with a time budget (--dry-run prints them; they add up to at most 540 s). A step's
+# timeout is what is left of the whole budget (VLM_CHECK_BUDGET, default 570 s) after keeping the
+# planned seconds of the steps after it and a 30 s reserve: time a step saves goes to the next.
+#   machine      nvidia-smi; no visible GPU is a FAIL (stops before the build) unless --allow-no-gpu
+#   deps         the Debian packages carried in .gpu-deps/ unpacked into BUILD_DIR/deps (never /),
+#                then the prerequisites: cmake >= 3.25, nvcc, a C++ compiler, OpenBLAS, Catch2
+#                (MPI and HDF5 optional: without MPI the build uses parallel/mpi.h's one rank)
+#   configure    BUILD_DIR with -DVLM_CUDA=ON, Release, CMAKE_CUDA_ARCHITECTURES from the GPU (90)
+#   build        -j$(nproc), only the targets it runs: the test binaries with `gpu` tests
+#                (test_<folder>_gpu for every tests/<folder>/**/*_gpu.cpp), vlmtrain,
+#                bench_gpu_ops and bench_gpu_step; then `vlmtrain device-query`
+#   ctest        ctest -L gpu (VLM_SYNC unset): asynchronous execution, graph capture
+#   ctest-sync   ctest -L gpu with VLM_SYNC=1: every launch synchronizes, faults at their op
+#                Each ctest step FAILs when a test fails, or skips while a GPU is visible (a skip
+#                for a library not in this build, e.g. NCCL, is a WARN naming it).
+#   ops-bench    bench_gpu_ops: GEMM vs cuBLASLt, attention (and torch SDPA on the same shapes),
+#                RMSNorm vs a device copy
+#   step-bench   bench/bench_gpu_step.sh: a Qwen3-1.7B step (1 x 4096 tokens: fits 78 GiB) vs
+#                PyTorch eager AMP (WARN when the issue-5 targets are missed)
+#   pack         summary.md and gpu_check_logs.tar.gz (every log, both ctest junit files, the
+#                console output) into OUT_DIR: two files, within the device tool's 8
+# Exit status 0 only when nothing FAILed (2 for a usage error).
+#
+# Usage: tools/gpu/gpu_check.sh [--dry-run] [--build-dir DIR] [--log-dir DIR] [--out DIR] [--quick]
+#                           [--allow-no-gpu] [--part all|tests|bench] [--memcheck]
+#   --dry-run      print the plan (steps, commands, time budgets) and check what can be checked
+#                  without a GPU (tools, carried packages, targets); builds and runs nothing
+#   --build-dir    default build-gpu/
+#   --log-dir      where the logs are written (default BUILD_DIR/gpu_check_logs, emptied first)
+#   --out          where summary.md and gpu_check_logs.tar.gz go (default $OUT, else BUILD_DIR)
+#   --quick        fewer benchmark repetitions and steps
+#   --part         tests: the ctest steps only; bench: the benchmarks only; all (default)
+#   --memcheck     also compute-sanitizer memcheck on one small attention test (not in the
+#                  budget: 60 s more; WARN when the tool refuses the device)
 # Environment: VLM_BUILD_JOBS (default: nproc), VLM_CUDA_ARCH (default: the GPU's, else 90),
-# VLM_CHECK_BUDGET (seconds for the whole run, default 570: the steps' timeouts shrink to fit).
-# Never reads stdin.
+# VLM_CHECK_BUDGET (seconds for the whole run, default 570). Never reads stdin.
 set -uo pipefail
 exec </dev/null
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build_dir="$root/build-gpu"
 log_dir=""
+out_dir=""
 quick=""
 part=all
 allow_no_gpu=0
+dry_run=0
+memcheck=0
 usage() {
-  sed -n '/^# Usage:/,/^# Never reads stdin/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^# Usage:/,/^# VLM_CHECK_BUDGET/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 while (($#)); do
   case "$1" in
-  --build-dir | --log-dir | --part)
+  --build-dir | --log-dir | --part | --out)
     (($# >= 2)) || usage
     case "$1" in
     --build-dir) build_dir="$2" ;;
     --log-dir) log_dir="$2" ;;
+    --out) out_dir="$2" ;;
     --part) part="$2" ;;
     esac
     shift
     ;;
   --quick) quick="--quick" ;;
   --allow-no-gpu) allow_no_gpu=1 ;;
+  --dry-run) dry_run=1 ;;
+  --memcheck) memcheck=1 ;;
   *) usage ;;
   esac
   shift
@@ -64,96 +85,96 @@ done
   echo "--part: expected all, tests or bench, got '$part'" >&2
   exit 2
 }
-[[ -n $log_dir ]] || log_dir="${OUT:-$build_dir/gpu_check_logs}"
-mkdir -p "$build_dir" "$log_dir" || {
-  echo "gpu_check: cannot create the build folder '$build_dir' or the log folder '$log_dir'" >&2
-  exit 2
-}
-build_dir=$(cd "$build_dir" && pwd)
-log_dir=$(cd "$log_dir" && pwd)
 
-summary=()
-failed=0
-# One device-tool command may run 600 s: every step's timeout is cut to what is left of the
-# budget, so the summary is always written.
+# --- the plan ---------------------------------------------------------------------------------
+# Seconds per step. A fresh H100/H200 machine builds the targets in about 2 minutes at -j16 (the
+# slowest objects, the attention kernels, take ~20 s each on one core); the gpu tests take most of
+# their time in the CPU references (golden dumps, the 30-step demo runs, FSDP on the CPU).
+steps=(machine deps configure build ctest ctest-sync ops-bench step-bench pack)
+declare -A plan=([machine]=10 [deps]=10 [configure]=30 [build]=150 [ctest]=105 [ctest-sync]=125
+  [ops-bench]=40 [step-bench]=60 [pack]=10)
+steps_limit=540 # the plan's ceiling (tests/CMakeLists.txt checks the dry run against it)
 budget=${VLM_CHECK_BUDGET:-570}
+reserve=30 # nvidia-smi queries, ldd, summary: outside the steps
+if [[ $part == tests ]]; then
+  plan[ops-bench]=0 plan[step-bench]=0
+elif [[ $part == bench ]]; then
+  plan[ctest]=0 plan[ctest-sync]=0
+fi
+step_cmd() {
+  case "$1" in
+  machine) echo "nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap" ;;
+  deps) echo "tools/gpu/gpu_deps.sh install .gpu-deps BUILD_DIR/deps; source BUILD_DIR/deps/env.sh" ;;
+  configure) echo "cmake -S . -B BUILD_DIR -G Ninja -DVLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=ARCH -DCMAKE_BUILD_TYPE=Release" ;;
+  build) echo "cmake --build BUILD_DIR -j JOBS --target ${targets[*]}" ;;
+  ctest) echo "ctest --test-dir BUILD_DIR -L gpu -j 4 (VLM_SYNC unset)" ;;
+  ctest-sync) echo "VLM_SYNC=1 ctest --test-dir BUILD_DIR -L gpu -j 4" ;;
+  ops-bench) echo "BUILD_DIR/bench/bench_gpu_ops $quick" ;;
+  step-bench) echo "TORCH_RECIPES=amp bash bench/bench_gpu_step.sh BUILD_DIR" ;;
+  pack) echo "tar -czf OUT/gpu_check_logs.tar.gz LOG_DIR; cp LOG_DIR/summary.md OUT/" ;;
+  esac
+}
+# later <step>: the planned seconds of the steps after <step>.
+later() {
+  local s found=0 sum=0
+  for s in "${steps[@]}"; do
+    ((found)) && sum=$((sum + plan[$s]))
+    [[ $s == "$1" ]] && found=1
+  done
+  echo "$sum"
+}
 start_all=$SECONDS
-
-record() { # record <step> <PASS|FAIL|SKIP|WARN> <seconds> <note>
-  summary+=("$(printf '| %-22s | %-4s | %5ss | %s |' "$1" "$2" "$3" "$4")")
-  [[ $2 == FAIL ]] && failed=1
-  return 0
-}
-# left [reserve]: seconds of the budget left after keeping <reserve> (default 15) for the later
-# steps and the summary.
-left() { echo $((budget - (SECONDS - start_all) - ${1:-15})); }
-# seconds <wanted> [reserve]: a timeout of at most <wanted> that leaves <reserve>; at least 1.
-seconds() {
-  local l
-  l=$(left "${2:-15}")
-  if ((l >= $1)); then echo "$1"; elif ((l > 1)); then echo "$l"; else echo 1; fi
+# timeout_for <step>: what is left for <step> (at least 5 s).
+timeout_for() {
+  local t=$((budget - reserve - (SECONDS - start_all) - $(later "$1")))
+  ((t < 5)) && t=5
+  echo "$t"
 }
 
-main() {
-  echo "gpu_check: --part $part, build $build_dir, logs $log_dir, budget ${budget}s"
-  local t0 rc
+# The test binaries with `gpu` tests: tests/CMakeLists.txt makes test_<folder>_gpu of the
+# *_gpu.cpp files under each top folder of tests/.
+gpu_test_targets() {
+  find "$root/tests" -name '*_gpu.cpp' | sed -E "s|^$root/tests/([^/]+)/.*|test_\1_gpu|" | sort -u
+}
+mapfile -t targets < <(gpu_test_targets)
+targets+=(vlmtrain bench_gpu_ops bench_gpu_step)
 
-  # --- 1. the machine -------------------------------------------------------------------------
-  # nvidia-smi can hang on a wedged driver: bounded.
-  have_gpu=0
-  gpu_note="nvidia-smi not found (no NVIDIA driver on this machine)"
-  if command -v nvidia-smi >/dev/null; then
-    timeout 30 nvidia-smi >"$log_dir/nvidia-smi.log" 2>&1
-    rc=$?
-    sed 's/^/  /' "$log_dir/nvidia-smi.log"
-    if ((rc == 124)); then
-      gpu_note="nvidia-smi hung (no answer in 30 s): the driver is not usable"
-    elif timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-      have_gpu=1
-      gpu_note=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
-        --format=csv,noheader 2>&1 | paste -sd ';')
-    else
-      gpu_note="nvidia-smi lists no GPU: $(head -c 300 "$log_dir/nvidia-smi.log" | paste -sd ' ')"
-    fi
-  fi
-  echo "GPU: $gpu_note"
-  if ((have_gpu)); then
-    record GPU PASS 0 "$gpu_note"
-  elif ((allow_no_gpu)); then
-    record GPU WARN 0 "$gpu_note (--allow-no-gpu: GPU tests skip)"
-  else
-    record GPU FAIL 0 "$gpu_note"
-  fi
-  # sm_90 for the H200 (compute_cap 9.0); one architecture keeps the build short.
-  local arch=${VLM_CUDA_ARCH:-}
-  if [[ -z $arch ]] && ((have_gpu)); then
-    arch=$(timeout 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
-      head -1 | tr -d ' .')
-  fi
-  [[ $arch =~ ^[0-9]+[a-z]?$ ]] || arch=90
+print_plan() {
+  local s total=0
+  printf '%-11s %6s  %s\n' step budget command
+  for s in "${steps[@]}"; do
+    ((plan[$s] > 0)) || continue
+    printf '%-11s %5ss  %s\n' "$s" "${plan[$s]}" "$(step_cmd "$s")"
+    total=$((total + plan[$s]))
+  done
+  echo "total: $total s of steps (limit $steps_limit s; whole run at most $budget s with the" \
+    "${reserve} s reserve; the device tool's command limit is 600 s)"
+  ((total <= steps_limit))
+}
 
-  # --- 2. prerequisites -----------------------------------------------------------------------
-  # A machine without a registry gets the Debian packages carried in .gpu-deps/, unpacked into
-  # the build folder, never into /.
-  if compgen -G "$root/.gpu-deps/*.deb" >/dev/null; then
-    if bash "$root/tools/gpu/gpu_deps.sh" install "$root/.gpu-deps" "$build_dir/deps" \
-      >"$log_dir/deps.log" 2>&1; then
-      # shellcheck source=/dev/null
-      source "$build_dir/deps/env.sh"
-      record "carried deps" PASS 0 "$(tail -1 "$log_dir/deps.log" | sed 's/ (source.*//')"
-    else
-      cat "$log_dir/deps.log"
-      record "carried deps" FAIL 0 "tools/gpu/gpu_deps.sh install failed (log deps.log)"
-    fi
-  fi
-  local deps=${VLM_DEPS_PREFIX:-/nonexistent}
-  local missing=() warn=()
-  # nvcc: PATH, CUDA_HOME, /usr/local/cuda, else the newest /usr/local/cuda-*.
+have() { # have <file>...: true when any of the files exists
+  local f
+  for f in "$@"; do [[ -e $f ]] && return 0; done
+  return 1
+}
+join() { # join <items>...: "a, b, c"
+  local IFS=';' s
+  s="$*"
+  echo "${s//;/, }"
+}
+find_nvcc() {
   nvcc=$(command -v nvcc || true)
   local c
   for c in "${CUDA_HOME:-/nonexistent}/bin/nvcc" /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc; do
     [[ -z $nvcc && -x $c ]] && nvcc=$c
   done
+}
+
+# check_prereqs <deps prefix>: fills missing[] and warn[]; cv = cmake's version.
+check_prereqs() {
+  local deps=$1
+  missing=() warn=() cv=""
+  find_nvcc
   if [[ -n $nvcc ]]; then
     PATH="$PATH:${nvcc%/*}"
   else
@@ -162,7 +183,6 @@ main() {
   if ! command -v cmake >/dev/null; then
     missing+=("cmake >= 3.25 (not on PATH)")
   else
-    local cv
     cv=$(cmake --version 2>/dev/null | head -1 | grep -Eo '[0-9]+\.[0-9]+(\.[0-9]+)?' | head -1)
     if [[ -z $cv ]]; then
       missing+=("cmake >= 3.25 ($(command -v cmake) does not run)")
@@ -185,6 +205,157 @@ main() {
     ! have /usr/include/hdf5/openmpi/hdf5.h /usr/include/hdf5/serial/hdf5.h /usr/include/hdf5.h; then
     warn+=("HDF5")
   fi
+  command -v python3 >/dev/null || warn+=("python3 (the torch sides of the benchmarks)")
+}
+
+# --- --dry-run ----------------------------------------------------------------------------------
+if ((dry_run)); then
+  echo "gpu_check --dry-run: build $build_dir, part $part, budget ${budget}s"
+  print_plan
+  plan_ok=$?
+  echo
+  echo "checks (what can be checked without a GPU):"
+  problems=0
+  note() { printf '  %-5s %s\n' "$1" "$2"; }
+  # The test binaries exist as folders tests/CMakeLists.txt builds.
+  for t in "${targets[@]}"; do
+    [[ $t == test_*_gpu ]] || continue
+    folder=${t#test_}
+    folder=${folder%_gpu}
+    if grep -qE "^foreach\(folder .*\b$folder\b" "$root/tests/CMakeLists.txt"; then
+      note ok "target $t (tests/$folder/)"
+    else
+      note FAIL "target $t: tests/$folder is not a test folder of tests/CMakeLists.txt"
+      problems=1
+    fi
+  done
+  for f in bench/bench_gpu_ops.cpp bench/bench_gpu_step.cpp bench/bench_gpu_step.sh \
+    bench/bench_gpu_step.py bench/bench_attention_torch.py tools/gpu/gpu_deps.sh; do
+    if [[ -f $root/$f ]]; then note ok "$f"; else
+      note FAIL "$f missing"
+      problems=1
+    fi
+  done
+  # The carried packages: there is no registry on the GPU machine.
+  ndeb=$(find "$root/.gpu-deps" -maxdepth 1 -name '*.deb' 2>/dev/null | wc -l)
+  if ((ndeb > 0)); then
+    note ok ".gpu-deps/: $ndeb packages, $(du -sh "$root/.gpu-deps" | cut -f1) (carry it)"
+    if git -C "$root" check-ignore -q .gpu-deps/x.deb 2>/dev/null; then
+      note ok ".gpu-deps/ is gitignored: it travels only through carry"
+    else
+      note WARN ".gpu-deps/ is not gitignored: it would travel (and count) with every call"
+    fi
+  else
+    note WARN ".gpu-deps/ holds no packages: run 'bash tools/gpu/gpu_deps.sh download' here first
+        (the GPU machine has no OpenBLAS or Catch2 and no registry)"
+  fi
+  if compgen -G "$root/.deps/cudnn_frontend/include/cudnn_frontend.h" >/dev/null; then
+    note ok ".deps/cudnn_frontend: the cuDNN frontend headers (carry .deps too)"
+  else
+    note WARN ".deps/cudnn_frontend absent: the build goes without cuDNN attention
+        (bash tools/deps/fetch_cudnn_frontend.sh, then carry .deps)"
+  fi
+  # The travelling tree: the device tool takes at most 64 MiB with the carried folders.
+  if command -v git >/dev/null; then
+    tree_kib=$(git -C "$root" ls-files -z --cached --others --exclude-standard |
+      (cd "$root" && xargs -0 du -ck 2>/dev/null) | awk '/\ttotal$/ {s += $1} END {print s + 0}')
+    carry_kib=$(du -sk "$root/.gpu-deps" "$root/.deps" 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    if (((tree_kib + carry_kib) / 1024 < 64)); then
+      note ok "travelling tree $((tree_kib / 1024)) MiB + carried $((carry_kib / 1024)) MiB (limit 64 MiB)"
+    else
+      note FAIL "travelling tree $((tree_kib / 1024)) MiB + carried $((carry_kib / 1024)) MiB: over 64 MiB"
+      problems=1
+    fi
+  fi
+  check_prereqs "$root/.gpu-deps-unpacked-there"
+  note info "here: cmake ${cv:-missing}, nvcc ${nvcc:-missing}$( ((${#missing[@]})) &&
+    echo "; missing here: $(join "${missing[@]}")")"
+  ((plan_ok == 0)) || {
+    echo "gpu_check --dry-run: the plan exceeds $steps_limit s"
+    exit 1
+  }
+  ((problems == 0)) || {
+    echo "gpu_check --dry-run: problems above"
+    exit 1
+  }
+  echo "gpu_check --dry-run: OK"
+  exit 0
+fi
+
+# --- the run --------------------------------------------------------------------------------
+[[ -n $log_dir ]] || log_dir="$build_dir/gpu_check_logs"
+[[ -n $out_dir ]] || out_dir="${OUT:-$build_dir}"
+mkdir -p "$build_dir" "$log_dir" "$out_dir" || {
+  echo "gpu_check: cannot create the build, log or output folder" >&2
+  exit 2
+}
+build_dir=$(cd "$build_dir" && pwd)
+log_dir=$(cd "$log_dir" && pwd)
+out_dir=$(cd "$out_dir" && pwd)
+[[ $out_dir != "$log_dir" ]] || out_dir=$(dirname "$log_dir") # the tarball cannot hold itself
+# Logs of an earlier run on a kept machine would be packed again.
+find "$log_dir" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+
+summary=()
+failed=0
+record() { # record <step> <PASS|FAIL|SKIP|WARN> <seconds> <note>
+  summary+=("$(printf '| %-24s | %-4s | %5ss | %s |' "$1" "$2" "$3" "$4")")
+  [[ $2 == FAIL ]] && failed=1
+  return 0
+}
+
+main() {
+  echo "gpu_check: part $part, build $build_dir, logs $log_dir, out $out_dir, budget ${budget}s"
+  print_plan
+  local t0 rc
+  # --- machine ------------------------------------------------------------------------------
+  have_gpu=0
+  gpu_note="nvidia-smi not found (no NVIDIA driver on this machine)"
+  if command -v nvidia-smi >/dev/null; then
+    timeout "$(timeout_for machine)" nvidia-smi >"$log_dir/nvidia-smi.log" 2>&1
+    rc=$?
+    sed 's/^/  /' "$log_dir/nvidia-smi.log"
+    if ((rc == 124)); then
+      gpu_note="nvidia-smi hung: the driver is not usable"
+    elif timeout 10 nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+      have_gpu=1
+      gpu_note=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+        --format=csv,noheader 2>&1 | paste -sd ';')
+    else
+      gpu_note="nvidia-smi lists no GPU: $(head -c 300 "$log_dir/nvidia-smi.log" | paste -sd ' ')"
+    fi
+  fi
+  echo "GPU: $gpu_note"
+  if ((have_gpu)); then
+    record GPU PASS 0 "$gpu_note"
+  elif ((allow_no_gpu)); then
+    record GPU WARN 0 "$gpu_note (--allow-no-gpu: GPU tests skip)"
+  else
+    record GPU FAIL 0 "$gpu_note"
+  fi
+  local arch=${VLM_CUDA_ARCH:-}
+  if [[ -z $arch ]] && ((have_gpu)); then
+    arch=$(timeout 10 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+      head -1 | tr -d ' .')
+  fi
+  [[ $arch =~ ^[0-9]+[a-z]?$ ]] || arch=90
+
+  # --- deps: carried Debian packages into BUILD_DIR/deps (never into /) ----------------------
+  if compgen -G "$root/.gpu-deps/*.deb" >/dev/null; then
+    t0=$SECONDS
+    if timeout "$(timeout_for deps)" bash "$root/tools/gpu/gpu_deps.sh" install "$root/.gpu-deps" \
+      "$build_dir/deps" >"$log_dir/deps.log" 2>&1; then
+      # shellcheck source=/dev/null
+      source "$build_dir/deps/env.sh"
+      record "carried deps" PASS $((SECONDS - t0)) "$(tail -1 "$log_dir/deps.log" | sed 's/ (source.*//')"
+    else
+      cat "$log_dir/deps.log"
+      record "carried deps" FAIL $((SECONDS - t0)) "tools/gpu/gpu_deps.sh install failed (log deps.log)"
+    fi
+  else
+    record "carried deps" WARN 0 "no .gpu-deps/*.deb (tools/gpu/gpu_deps.sh download here, carry .gpu-deps)"
+  fi
+  check_prereqs "${VLM_DEPS_PREFIX:-/nonexistent}"
   if ((${#missing[@]})); then
     printf 'gpu_check: MISSING %s\n' "${missing[@]}"
     record prerequisites FAIL 0 "missing: $(join "${missing[@]}")"
@@ -196,29 +367,18 @@ main() {
     record "optional deps" WARN 0 "not found: $(join "${warn[@]}")"
   fi
 
-  # --- 3. configure and build -----------------------------------------------------------------
+  # --- configure ------------------------------------------------------------------------------
   built=0
-  local targets=() generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  # The test binaries registered with the `gpu` label (tests/CMakeLists.txt), vlmtrain for
-  # device-query, and the benchmarks the bench part runs.
-  if [[ $part != bench ]]; then
-    mapfile -t targets < <(sed -nE 's/^vlm_test_binary\(([A-Za-z0-9_]+) gpu .*/\1/p' \
-      "$root/tests/CMakeLists.txt")
-  fi
-  targets+=(vlmtrain)
-  if [[ $part != tests ]]; then
-    targets+=(bench_gpu_step)
-    [[ -f $root/bench/bench_gpu_ops.cpp ]] && targets+=(bench_gpu_ops)
-  fi
   if ((${#missing[@]})); then
     record configure SKIP 0 "prerequisites missing"
     record build SKIP 0 "prerequisites missing"
     return
   fi
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
   t0=$SECONDS
   # Release, sm_$arch only, no sanitizer build; cuDNN/NCCL AUTO (kernels/cuda/CMakeLists.txt).
-  timeout "$(seconds 180)" cmake -S "$root" -B "$build_dir" "${generator[@]}" -DVLM_CUDA=ON \
+  timeout "$(timeout_for configure)" cmake -S "$root" -B "$build_dir" "${generator[@]}" -DVLM_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_BUILD_TYPE=Release \
     -DVLM_SANITIZE=OFF -DVLM_BUILD_TESTS=ON -DVLM_BUILD_BENCH=ON >"$log_dir/configure.log" 2>&1
   rc=$?
@@ -230,11 +390,9 @@ main() {
     return
   fi
   record configure PASS $((SECONDS - t0)) "sm_$arch, ${generator[*]:-make}"
-  # cuDNN and NCCL: where CMake found them, or that the build goes without (WARN: nothing in
-  # this check needs them; cuDNN attention and FSDP will).
   local libs
-  libs=$(sed -nE 's/^-- vlmtrain: (cuDNN|NCCL) /\1 /p' "$log_dir/configure.log" | paste -sd ';' |
-    sed 's/;/; /g')
+  libs=$(sed -nE 's/^-- vlmtrain: (cuDNN|NCCL|cuDNN frontend)(.*)/\1\2/p' "$log_dir/configure.log" |
+    paste -sd ';' | sed 's/;/; /g')
   if grep -qE '^-- vlmtrain: (cuDNN|NCCL) (not found|off)' "$log_dir/configure.log"; then
     record "cuDNN, NCCL" WARN 0 "${libs:-?}"
   else
@@ -246,12 +404,12 @@ main() {
     return
   fi
 
+  # --- build ----------------------------------------------------------------------------------
   t0=$SECONDS
-  local jobs=${VLM_BUILD_JOBS:-$(nproc)} reserve=200
-  [[ $part == bench ]] && reserve=280
-  [[ $part == all ]] && reserve=120
-  echo "gpu_check: building ${targets[*]} (-j$jobs)"
-  timeout "$(seconds 480 $reserve)" cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" \
+  local jobs=${VLM_BUILD_JOBS:-$(nproc)} limit
+  limit=$(timeout_for build)
+  echo "gpu_check: building ${targets[*]} (-j$jobs, at most ${limit}s)"
+  timeout "$limit" cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" \
     >"$log_dir/build.log" 2>&1
   rc=$?
   if ((rc == 0)); then
@@ -263,12 +421,12 @@ main() {
     else
       tail -30 "$log_dir/build.log"
     fi
-    record build FAIL $((SECONDS - t0)) "$( ((rc == 124)) && echo 'timed out; ')log build.log"
+    record build FAIL $((SECONDS - t0)) "$( ((rc == 124)) && echo "timed out after ${limit}s; ")log build.log"
   fi
   # Libraries a binary cannot find at run time (e.g. a wheel's libcudnn.so.9 without RUNPATH):
   # also the usual cause of a failing test discovery at the end of the build.
   local bin unresolved=""
-  for bin in "$build_dir"/vlmtrain "$build_dir"/tests/test_*_gpu; do
+  for bin in "$build_dir"/vlmtrain "$build_dir"/tests/test_*_gpu "$build_dir"/bench/bench_gpu_*; do
     [[ -x $bin ]] || continue
     unresolved+=$(ldd "$bin" 2>/dev/null | awk -v b="$(basename "$bin")" '/not found/ {printf "%s: %s; ", b, $1}')
   done
@@ -278,143 +436,129 @@ main() {
     built=0
   fi
   if [[ -x $build_dir/vlmtrain ]]; then
-    echo "device-query: $(timeout 60 "$build_dir/vlmtrain" device-query 2>&1 | paste -sd ' ')" |
+    echo "device-query: $(timeout 30 "$build_dir/vlmtrain" device-query 2>&1 | paste -sd ' ')" |
       tee "$log_dir/device-query.log"
   fi
 }
 
-have() { # have <file>...: true when any of the files exists
-  local f
-  for f in "$@"; do [[ -e $f ]] && return 0; done
-  return 1
-}
-join() { # join <items>...: "a, b, c"
-  local IFS=';' s
-  s="$*"
-  echo "${s//;/, }"
-}
-
-tests_part() {
-  local t0 rc
-  # --- 4. ctest -L gpu ------------------------------------------------------------------------
+# run_ctest <step> <sync 0|1>: ctest -L gpu, with VLM_SYNC=1 when <sync>.
+run_ctest() {
+  local step=$1 sync=$2 name log xml t0 rc
+  name="ctest -L gpu$( ((sync)) && echo ' VLM_SYNC=1')"
+  log="$log_dir/$step.log"
+  xml="$log_dir/$step.xml"
   if ((!built)); then
-    record "ctest -L gpu" SKIP 0 "not built"
-    record "memcheck attention" SKIP 0 "not built"
+    record "$name" SKIP 0 "not built"
     return
   fi
   t0=$SECONDS
   # Four tests at a time on the one GPU; their CPU reference runs share the cores.
-  local par=4 threads
+  local par=4 threads limit
   threads=$(($(nproc) / par))
   ((threads < 1)) && threads=1
-  local total_timeout
-  total_timeout=$(seconds 330 90)
-  VLM_SYNC=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} timeout "$total_timeout" \
-    ctest --test-dir "$build_dir" -L gpu --output-on-failure -j $par --timeout 240 \
-    --output-junit "$log_dir/ctest.xml" >"$log_dir/ctest.log" 2>&1
+  limit=$(timeout_for "$step")
+  local env_sync=(env -u VLM_SYNC)
+  ((sync)) && env_sync=(env VLM_SYNC=1)
+  echo "== $name (at most ${limit}s) =="
+  "${env_sync[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}" timeout "$limit" \
+    ctest --test-dir "$build_dir" -L gpu --output-on-failure -j $par --timeout "$limit" \
+    --output-junit "$xml" >"$log" 2>&1
   rc=$?
   local total skipped failing note
-  total=$(grep -Eo 'out of [0-9]+' "$log_dir/ctest.log" | tail -1 | grep -Eo '[0-9]+')
-  skipped=$(grep -c '\*\*\*Skipped' "$log_dir/ctest.log")
-  failing=$(grep -E 'Failed|Exception|Timeout|Not Run' "$log_dir/ctest.log" | grep -c 'Test *#')
-  grep -E 'Test *#' "$log_dir/ctest.log" | sed 's/^/  /'
+  total=$(grep -Eo 'out of [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+')
+  skipped=$(grep -c '\*\*\*Skipped' "$log")
+  failing=$(grep -E 'Failed|Exception|Timeout|Not Run' "$log" | grep -c 'Test *#')
+  grep -E 'Test *#' "$log" | sed 's/^/  /'
   note="${total:-0} tests, $failing failed, $skipped skipped"
+  # Why tests skipped: their "SKIPPED: <reason>" lines (tests/skip.h) in the junit file.
+  local reasons="" unexplained=0
+  if ((skipped > 0)); then
+    reasons=$(grep -ho 'SKIPPED: [^<&]*' "$xml" 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ';')
+    # Allowed while a GPU is visible: a library this build does not have (NCCL, cuDNN).
+    unexplained=$(grep -ho 'SKIPPED: [^<&]*' "$xml" 2>/dev/null | grep -vc 'not in this build')
+    [[ -z $reasons ]] && unexplained=$skipped
+  fi
   if ((rc == 124)); then
-    record "ctest -L gpu" FAIL $((SECONDS - t0)) "timed out after ${total_timeout}s; $note (log ctest.log)"
+    record "$name" FAIL $((SECONDS - t0)) "timed out after ${limit}s; $note (log $step.log)"
   elif ((rc != 0 || failing > 0)) || [[ -z $total || $total == 0 ]]; then
-    grep -A40 -E '\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout' "$log_dir/ctest.log" | head -80
-    record "ctest -L gpu" FAIL $((SECONDS - t0)) "$note (log ctest.log)"
+    grep -A40 -E '\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout' "$log" | head -80
+    record "$name" FAIL $((SECONDS - t0)) "$note (log $step.log)"
+  elif ((have_gpu && unexplained > 0)); then
+    record "$name" FAIL $((SECONDS - t0)) "$note: a GPU is visible, nothing may skip ($reasons)"
   elif ((have_gpu && skipped > 0)); then
-    grep -B2 -A3 'SKIPPED' "$log_dir/ctest.log" | head -20
-    record "ctest -L gpu" FAIL $((SECONDS - t0)) "$note: a GPU is visible, nothing may skip"
+    record "$name" WARN $((SECONDS - t0)) "$note: $reasons"
   elif ((!have_gpu)); then
-    record "ctest -L gpu" WARN $((SECONDS - t0)) "$note (no GPU visible)"
+    record "$name" WARN $((SECONDS - t0)) "$note (no GPU visible)"
   else
-    record "ctest -L gpu" PASS $((SECONDS - t0)) "$note"
+    record "$name" PASS $((SECONDS - t0)) "$note"
   fi
+}
 
-  # --- 5. compute-sanitizer on one small attention test ---------------------------------------
-  local sanitizer
+memcheck_attention() {
+  local sanitizer t0 rc limit=120
   sanitizer=$(command -v compute-sanitizer || true)
-  [[ -z $sanitizer && -x $(dirname "$nvcc")/compute-sanitizer ]] && sanitizer=$(dirname "$nvcc")/compute-sanitizer
-  if ((!have_gpu)) || [[ -z $sanitizer ]]; then
-    record "memcheck attention" SKIP 0 "needs a GPU and compute-sanitizer"
-    return
-  fi
-  if (($(left 10) < 30)); then
-    record "memcheck attention" SKIP 0 "no time left in the ${budget}s budget"
+  [[ -z $sanitizer && -x $(dirname "${nvcc:-/x/x}")/compute-sanitizer ]] &&
+    sanitizer=$(dirname "$nvcc")/compute-sanitizer
+  if ((!built || !have_gpu)) || [[ -z $sanitizer ]]; then
+    record "memcheck attention" SKIP 0 "needs the build, a GPU and compute-sanitizer"
     return
   fi
   t0=$SECONDS
-  local limit
-  limit=$(seconds 120 10)
   timeout "$limit" "$sanitizer" --tool memcheck --error-exitcode 3 "$build_dir/tests/test_core_gpu" \
     "gpu attention: odd head dims and a single long document" >"$log_dir/memcheck.log" 2>&1
   rc=$?
-  local log=$log_dir/memcheck.log refused=0
-  # Seen on some machines: the sanitizer refuses the device ("Device not supported") and the test
-  # then fails with error 999 (cudaErrorUnknown), or runs unchecked. That says nothing about our
-  # kernels: a WARN, with the sanitizer's words.
-  if grep -qiE 'device not supported|not supported on this device' "$log"; then
-    refused=1
-  elif ((rc != 0 && rc != 124)) && grep -qiE 'cudaErrorUnknown|unknown error|error 999' "$log" &&
-    ! grep -qE 'Invalid (__global__|__shared__|__local__)|out of bounds|ERROR SUMMARY: [1-9]' "$log"; then
-    refused=1
-  fi
-  if ((refused)); then
-    grep -iE -m3 'not supported|error' "$log"
+  local log=$log_dir/memcheck.log
+  # Seen on some machines: the sanitizer refuses the device ("Device not supported"), then error
+  # 999: that says nothing about our kernels (WARN).
+  if grep -qiE 'device not supported|not supported on this device' "$log" ||
+    { ((rc != 0 && rc != 124)) && grep -qiE 'cudaErrorUnknown|unknown error|error 999' "$log" &&
+      ! grep -qE 'Invalid (__global__|__shared__|__local__)|out of bounds|ERROR SUMMARY: [1-9]' "$log"; }; then
     record "memcheck attention" WARN $((SECONDS - t0)) "compute-sanitizer cannot check this device (log memcheck.log)"
   elif ((rc == 0)); then
     record "memcheck attention" PASS $((SECONDS - t0)) "no memory errors"
   elif ((rc == 124)); then
-    record "memcheck attention" WARN $((SECONDS - t0)) "timed out after ${limit}s (not counted)"
+    record "memcheck attention" WARN $((SECONDS - t0)) "timed out after ${limit}s"
   else
     tail -40 "$log"
     record "memcheck attention" FAIL $((SECONDS - t0)) "log memcheck.log"
   fi
 }
 
-bench_part() {
-  local t0 rc b name
-  # --- 6. benchmarks --------------------------------------------------------------------------
-  local benches=()
-  if ((built && have_gpu)); then
-    for b in "$build_dir"/bench/*gpu*; do
-      # bench_gpu_step runs in step 7, through its script (the torch side and the table).
-      [[ -x $b && -f $b && $(basename "$b") != bench_gpu_step ]] && benches+=("$b")
-    done
+ops_bench() {
+  local b=$build_dir/bench/bench_gpu_ops t0 rc limit
+  if ((!built || !have_gpu)) || [[ ! -x $b ]]; then
+    record bench_gpu_ops SKIP 0 "needs a GPU and the build"
+    return
   fi
-  if ((${#benches[@]} == 0)); then
-    record benchmarks SKIP 0 "needs a GPU and the build"
+  t0=$SECONDS
+  limit=$(timeout_for ops-bench)
+  echo "== bench_gpu_ops (at most ${limit}s) =="
+  timeout "$limit" "$b" $quick 2>&1 | tee "$log_dir/bench_gpu_ops.log"
+  rc=${PIPESTATUS[0]}
+  local vs_torch
+  vs_torch=$(grep '^attention vs torch SDPA' "$log_dir/bench_gpu_ops.log" | tail -1)
+  if ((rc == 0)); then
+    record bench_gpu_ops PASS $((SECONDS - t0)) "${vs_torch:-torch SDPA: n/a} (log bench_gpu_ops.log)"
+  else
+    record bench_gpu_ops FAIL $((SECONDS - t0)) "$( ((rc == 124)) && echo "timed out after ${limit}s; ")log bench_gpu_ops.log"
   fi
-  for b in "${benches[@]}"; do
-    t0=$SECONDS
-    name=$(basename "$b")
-    echo "== $name =="
-    timeout "$(seconds 180 150)" "$b" $quick 2>&1 | tee "$log_dir/$name.log"
-    rc=${PIPESTATUS[0]}
-    if ((rc == 0)); then
-      record "$name" PASS $((SECONDS - t0)) "table above; log $name.log"
-    else
-      record "$name" FAIL $((SECONDS - t0)) "$( ((rc == 124)) && echo 'timed out; ')log $name.log"
-    fi
-  done
+}
 
-  # --- 7. training step: ours vs PyTorch eager ------------------------------------------------
+step_bench() {
+  local t0 rc limit figures
   if ((!built || !have_gpu)) || [[ ! -x $build_dir/bench/bench_gpu_step ]]; then
     record bench_gpu_step SKIP 0 "needs a GPU and the build"
     return
   fi
   t0=$SECONDS
-  echo "== bench_gpu_step.sh =="
-  # --quick: fewer steps and only the torch amp recipe.
-  local quick_env=() limit
-  [[ -n $quick ]] && quick_env=(STEPS=5 WARMUP=2 TORCH_RECIPES=amp)
-  limit=$(seconds 240 5)
-  env "${quick_env[@]}" timeout "$limit" bash "$root/bench/bench_gpu_step.sh" "$build_dir" 2>&1 |
+  limit=$(timeout_for step-bench)
+  echo "== bench_gpu_step.sh (at most ${limit}s) =="
+  # The torch amp recipe only (the issue's baseline); --quick: fewer steps.
+  local env_args=(TORCH_RECIPES=amp)
+  [[ -n $quick ]] && env_args+=(STEPS=5 WARMUP=2)
+  env "${env_args[@]}" timeout "$limit" bash "$root/bench/bench_gpu_step.sh" "$build_dir" 2>&1 |
     tee "$log_dir/bench_gpu_step.log"
   rc=${PIPESTATUS[0]}
-  local figures
   figures=$(grep '^summary: ' "$log_dir/bench_gpu_step.log" | tail -1 | sed 's/^summary: //')
   if ((rc == 124)); then
     record bench_gpu_step FAIL $((SECONDS - t0)) "timed out after ${limit}s (log bench_gpu_step.log)"
@@ -430,15 +574,22 @@ bench_part() {
 
 run_all() {
   main
-  [[ $part != bench ]] && tests_part
-  [[ $part != tests ]] && bench_part
-  # --- 8. summary -----------------------------------------------------------------------------
+  if [[ $part != bench ]]; then
+    run_ctest ctest 0
+    run_ctest ctest-sync 1
+    ((memcheck)) && memcheck_attention
+  fi
+  if [[ $part != tests ]]; then
+    ops_bench
+    step_bench
+  fi
   {
     echo
-    echo "gpu_check --part $part on $(uname -n) at $(date -u '+%Y-%m-%d %H:%M UTC'); logs in $log_dir"
+    echo "gpu_check (part $part) on $(uname -n) at $(date -u '+%Y-%m-%d %H:%M UTC'): every log in" \
+      "gpu_check_logs.tar.gz"
     echo
-    printf '| %-22s | %-4s | %6s | %s |\n' step res time note
-    printf '|%s|%s|%s|%s|\n' ------------------------ ------ -------- ------
+    printf '| %-24s | %-4s | %6s | %s |\n' step res time note
+    printf '|%s|%s|%s|%s|\n' -------------------------- ------ -------- ------
     printf '%s\n' "${summary[@]}"
     echo
     echo "gpu_check: $([[ $failed == 0 ]] && echo PASS || echo FAIL) in $((SECONDS - start_all)) s"
@@ -446,5 +597,18 @@ run_all() {
   return $failed
 }
 
+# One tarball of the logs and summary.md in OUT_DIR: two files of the device tool's 8.
+pack() {
+  [[ -f $log_dir/summary.md ]] || echo "gpu_check: stopped before the summary" >"$log_dir/summary.md"
+  tar -czf "$out_dir/gpu_check_logs.tar.gz.part" -C "$(dirname "$log_dir")" "$(basename "$log_dir")" &&
+    mv -f "$out_dir/gpu_check_logs.tar.gz.part" "$out_dir/gpu_check_logs.tar.gz"
+  cp -f "$log_dir/summary.md" "$out_dir/summary.md"
+  echo "gpu_check: $out_dir/summary.md and $out_dir/gpu_check_logs.tar.gz" \
+    "($(du -h "$out_dir/gpu_check_logs.tar.gz" 2>/dev/null | cut -f1))"
+}
+trap 'pack; exit 143' TERM INT
+
 run_all 2>&1 | tee "$log_dir/gpu_check.log"
-exit "${PIPESTATUS[0]}"
+status=${PIPESTATUS[0]}
+pack
+exit "$status"

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Build dependencies for a GPU machine that has the CUDA toolkit, cmake and a compiler but no
-# package registry (the lent H200 of tools/gpu/gpu_check.sh): the Debian 12 packages the CUDA build
-# and its tests need are downloaded here, carried over, and unpacked there into a prefix — never
-# into / — whose env.sh points CMake, pkg-config, the compiler and the loader at it.
+# package registry (the lent H100/H200 of tools/gpu/gpu_check.sh): the Debian 12 packages the CUDA
+# build and its tests need are downloaded here, carried over, and unpacked there into a prefix —
+# never into / — whose env.sh points CMake, pkg-config, the compiler and the loader at it.
 #
 #   tools/gpu/gpu_deps.sh download [DIR]      here: apt-get download the .debs into DIR
-#                                             (default .gpu-deps/, ignored by git; ~16 MB)
+#                                             (default .gpu-deps/, gitignored; 22 packages, ~16 MB)
 #   tools/gpu/gpu_deps.sh install DIR PREFIX  there: dpkg -x every DIR/*.deb into PREFIX, rewrite
 #                                             the pkg-config files to PREFIX, write PREFIX/env.sh
 #   source PREFIX/env.sh                      CMAKE_PREFIX_PATH, PKG_CONFIG_PATH, CPATH, PATH;
 #                                             LD_LIBRARY_PATH gets only OpenBLAS's libgfortran
 #                                             and libquadmath (appended). No LIBRARY_PATH: CMake
 #                                             would drop those folders from the binaries' RUNPATH.
-# tools/gpu/gpu_check.sh runs `install` itself when .gpu-deps/ holds .deb files. MPI and HDF5 are left
-# out: without MPI the build uses parallel/mpi.h's one-rank stand-in (every GPU test runs on one
-# rank), and HDF5 is not used yet.
+#
+# .gpu-deps/ is gitignored, so the device tool sends it only when its call carries it, with
+# .deps/ (the cuDNN frontend headers of tools/deps/fetch_cudnn_frontend.sh, also gitignored); the
+# two stay far below the tool's 64 MiB with the tree (`tools/gpu/gpu_check.sh --dry-run` adds
+# them up). The call:
+#   run(command="bash tools/gpu/gpu_check.sh", carry=[".gpu-deps", ".deps"], timeout_s=600)
+# tools/gpu/gpu_check.sh runs `install .gpu-deps BUILD_DIR/deps` itself when .gpu-deps/ holds .deb
+# files (BUILD_DIR is build-gpu/, gitignored). MPI and HDF5 are left out: without MPI the build
+# uses parallel/mpi.h's one-rank stand-in (every GPU test runs on one rank), and without HDF5 the
+# checkpoints are safetensors (the GPU tests pick that format then).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -28,7 +35,8 @@ packages=(
 )
 
 usage() {
-  sed -n '7,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^#   tools\/gpu\/gpu_deps.sh download/,/^#  *would drop/p' "${BASH_SOURCE[0]}" |
+    sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 

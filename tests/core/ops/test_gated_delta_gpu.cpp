@@ -62,7 +62,10 @@ std::string lengths_str(const std::vector<int32_t>& lengths) {
   return os.str();
 }
 
+// An output buffer for a kernel: on the GPU poisoned with NaN (tests/gpu_testing.h), so an
+// element the kernel does not write fails the comparison.
 Tensor empty_on(const Tensor& like, Device device) {
+  if (device.is_cuda()) return testing::poisoned_like(like, device);
   return Tensor::empty(like.shape(), like.dtype(), device);
 }
 

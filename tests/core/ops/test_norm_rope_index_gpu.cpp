@@ -104,9 +104,11 @@ const Norm kAllNorms[] = {Norm::rms_none,   Norm::rms_scale, Norm::rms_offset,  
 TEST_CASE("gpu norms: forward and backward match the CPU ops, all modes and row layouts", "[gpu]") {
   require_device();
   // dim 3, 7, 1030 (odd sizes: scalar loads), 64, 72, 1024 (one warp per row, vector loads),
-  // 2048, 4100 (four / eight warps per row), rows not multiples of the rows per block. (No dim 1:
-  // there an RMSNorm's dx is eps/(x^2 + eps) times rounding noise on both sides.)
-  const int64_t dims[] = {3, 7, 64, 72, 1024, 1030, 2048, 4100};
+  // 2048 (four warps per row), 4100 (eight warps, scalar loads in bf16), 5120 and 8192 (eight
+  // warps, vector loads: the hidden sizes of Qwen3-14B/32B and of the largest models), rows not
+  // multiples of the rows per block. (No dim 1: there an RMSNorm's dx is eps/(x^2 + eps) times
+  // rounding noise on both sides.)
+  const int64_t dims[] = {3, 7, 64, 72, 1024, 1030, 2048, 4100, 5120, 8192};
   uint64_t seed = 1;
   for (DType dt : {DType::f32, DType::bf16})
     for (Norm n : kAllNorms)
