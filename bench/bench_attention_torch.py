@@ -11,11 +11,13 @@ GPU mode (bench_gpu_ops runs it in the same run as its own attention rows, on th
 bf16, one causal document of T tokens, layout [1, H, T, D] (the kv heads repeated to H); the
 forward and the backward (forward + backward minus forward) timed with CUDA events, median of R
 runs after a warm-up; SDPA picks its backend (flash / cuDNN / efficient; the line names the ones
-enabled). One JSON line per shape: {"T", "hq", "hkv", "d", "fwd_ms", "bwd_ms", "torch",
-"device", "sdpa_backends"}, or {"skipped": reason} when torch or its CUDA device is missing
+enabled), or only cuDNN with --sdpa-backend cudnn (torch's choice where cuDNN refuses the shape,
+said in "sdpa_backend"). One JSON line per shape: {"T", "hq", "hkv", "d", "fwd_ms", "bwd_ms",
+"torch", "device", "sdpa_backend", "sdpa_backends"}, or {"skipped": reason} when torch or its CUDA device is missing
 (exit status 0).
 
   bench_attention_torch.py --device cuda --shapes T:HQ:HKV:D [T:HQ:HKV:D ...] [--reps R]
+                           [--sdpa-backend auto|cudnn|flash]
 """
 import argparse
 import json
@@ -57,6 +59,16 @@ def cuda_median_ms(reps, fn):
     return statistics.median(times)
 
 
+def forced_backend(name):
+    """A context that limits SDPA to one backend ("cudnn", "flash"), or nothing for "auto"."""
+    import contextlib
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"cudnn": SDPBackend.CUDNN_ATTENTION,
+                        "flash": SDPBackend.FLASH_ATTENTION}[name])
+
+
 def gpu_main(args):
     if torch is None:
         print(json.dumps({"skipped": "torch cannot be imported (%s)" % _torch_error}), flush=True)
@@ -91,17 +103,26 @@ def gpu_main(args):
             ql, kl, vl = (x.detach().requires_grad_() for x in (q, k, v))
             F.scaled_dot_product_attention(ql, kl, vl, is_causal=True).backward(dout)
 
+        # --sdpa-backend cudnn: torch's cuDNN SDPA only (the issue's yardstick); where it refuses
+        # the shape, torch's own choice, and the line says so.
+        used = args.sdpa_backend
         try:
-            fwd_ms = cuda_median_ms(args.reps, fwd)
-            bwd_ms = max(cuda_median_ms(args.reps, both) - fwd_ms, 1e-6)
-        except Exception as e:  # out of memory, an unsupported shape: reported, not a traceback
-            print(json.dumps({"T": t, "hq": hq, "hkv": hkv, "d": d,
-                              "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
-            continue
+            with forced_backend(used):
+                fwd_ms = cuda_median_ms(args.reps, fwd)
+                bwd_ms = max(cuda_median_ms(args.reps, both) - fwd_ms, 1e-6)
+        except Exception as first:
+            try:
+                used = "auto (%s refused: %s)" % (used, str(first).splitlines()[0][:120])
+                fwd_ms = cuda_median_ms(args.reps, fwd)
+                bwd_ms = max(cuda_median_ms(args.reps, both) - fwd_ms, 1e-6)
+            except Exception as e:  # out of memory, an unsupported shape: reported, no traceback
+                print(json.dumps({"T": t, "hq": hq, "hkv": hkv, "d": d,
+                                  "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+                continue
         print(json.dumps({"T": t, "hq": hq, "hkv": hkv, "d": d, "fwd_ms": fwd_ms,
                           "bwd_ms": bwd_ms, "torch": torch.__version__,
                           "device": torch.cuda.get_device_name(dev),
-                          "sdpa_backends": backends}), flush=True)
+                          "sdpa_backend": used, "sdpa_backends": backends}), flush=True)
         del q, k, v, dout
         torch.cuda.empty_cache()
 
@@ -113,6 +134,8 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu (compare with OURS) or cuda[:N]")
     p.add_argument("--shapes", nargs="*", default=[], help="GPU mode: T:HQ:HKV:D per shape")
+    p.add_argument("--sdpa-backend", default="auto", choices=["auto", "cudnn", "flash"],
+                   help="GPU mode: the SDPA backend torch may use (auto: torch's choice)")
     args = p.parse_args()
     if args.device.startswith("cuda"):
         gpu_main(args)

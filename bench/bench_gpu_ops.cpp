@@ -2,11 +2,13 @@
 // reference from the same run:
 //  * GEMM (bf16 in, fp32 accumulate): our linear() on CUDA tensors vs a direct cuBLASLt call of
 //    the same shape (default heuristic, 32 MiB workspace): TFLOP/s and the ratio;
-//  * attention (flash kernels, one causal document, bf16, 16 query / 8 kv heads) at 4k and 8k
-//    tokens, head dim 128, and 8k tokens at head dim 256: forward and backward TFLOP/s (causal
-//    FLOPs: fwd 2·T²·D·Hq, bwd 2.5×fwd); then torch's scaled_dot_product_attention on the same
-//    shapes in the same run (bench/bench_attention_torch.py --device cuda, a child process while
-//    this one waits), each with the ratio torch time / our time (>= 1: ours faster);
+//  * attention (one causal document, bf16, 16 query / 8 kv heads) at 4k and 8k tokens, head dim
+//    128, and 8k tokens at head dim 256: forward and backward TFLOP/s (causal FLOPs: fwd
+//    2·T²·D·Hq, bwd 2.5×fwd) of the own flash kernels and of cuDNN's fused attention (the bf16
+//    default, kernels/attention_cudnn.h; its speed over the own kernel's, target >= 5); then
+//    torch's cuDNN SDPA on the same shapes in the same run (bench/bench_attention_torch.py
+//    --device cuda --sdpa-backend cudnn, a child process while this one waits), each with the
+//    ratio torch time / our time for the backend the op uses (>= 1: ours faster; target >= 0.9);
 //  * RMSNorm forward on CUDA: GB/s (read x + write y) vs a device-to-device copy of the same bytes.
 // Everything runs on the current stream of cuda:0. Prints one table; an op without a CUDA kernel
 // yet prints "n/a" with the reason; the torch rows say why when torch or its GPU is missing.
@@ -25,6 +27,7 @@
 
 #include "bench/bench_main.h"
 #include "kernels/attention.h"
+#include "kernels/attention_cudnn.h"
 #include "kernels/gpu_runtime.h"
 #include "src/core/ops.h"
 #include "src/core/ops/norm.h"
@@ -151,6 +154,56 @@ std::vector<AttentionTiming>& attention_timings() {
   return t;
 }
 
+// cuDNN's fused attention on the shape (ragged layout of one document, buffers with the spare
+// rows it needs), forward and backward seconds; {0, 0} with a row saying why when it cannot run.
+std::pair<double, double> time_cudnn_attention(const kernels::AttentionShape& s, int repeats) {
+  namespace ca = kernels::cudnn_attention;
+  const Device gpu = Device::cuda(0);
+  const ca::Capability cap = ca::cuda::capability(0);
+  const ca::Choice choice = ca::choose_backend(cap, s, DType::bf16, ca::Request::automatic);
+  const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=%.0f", double(s.tokens), double(s.head_dim));
+  if (choice.backend != ca::Backend::cudnn) {
+    std::printf("| %-24s | %-30s | n/a (%s)\n", "cuDNN attention", shape.c_str(),
+                choice.reason.c_str());
+    return {0, 0};
+  }
+  const std::vector<int32_t> cu = {0, int32_t(s.tokens)};
+  const ca::RaggedLayout layout =
+      ca::ragged_layout(cu.data(), s, ca::zero_length_supported(cap.cudnn_version));
+  const ca::PlanKey key = ca::plan_key(s, layout, cap.sm, ca::deterministic_requested());
+  const std::vector<uint8_t> image = ca::ragged_device_bytes(layout);
+  Tensor ragged = Tensor::from_vector<uint8_t>(image, {int64_t(image.size())}).to(gpu);
+  const int64_t rows = s.tokens + ca::kSpareRows;
+  Rng rng(4);
+  auto rand_rows = [&](int64_t heads) {
+    return Tensor::randn({rows, heads, s.head_dim}, rng, DType::bf16).to(gpu);
+  };
+  Tensor q = rand_rows(s.q_heads), k = rand_rows(s.kv_heads), v = rand_rows(s.kv_heads),
+         dout = rand_rows(s.q_heads);
+  Tensor out = Tensor::empty(q.shape(), DType::bf16, gpu),
+         dq = Tensor::empty(q.shape(), DType::bf16, gpu),
+         dk = Tensor::empty(k.shape(), DType::bf16, gpu),
+         dv = Tensor::empty(v.shape(), DType::bf16, gpu);
+  Tensor lse = Tensor::empty({rows, s.q_heads}, DType::f32, gpu);
+  std::string why;
+  auto forward = [&] {
+    why = ca::cuda::sdpa_fwd(out.data<bf16>(), lse.data<float>(), q.data<bf16>(), k.data<bf16>(),
+                             v.data<bf16>(), ragged.data_ptr(), key, stream());
+  };
+  auto backward = [&] {
+    why = ca::cuda::sdpa_bwd(dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), dout.data<bf16>(),
+                             q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(),
+                             lse.data<float>(), ragged.data_ptr(), key, stream());
+  };
+  forward(); // builds the plans outside the timing
+  if (why.empty()) backward();
+  if (!why.empty()) {
+    std::printf("| %-24s | %-30s | n/a (%s)\n", "cuDNN attention", shape.c_str(), why.c_str());
+    return {0, 0};
+  }
+  return {median_seconds(repeats, forward), median_seconds(repeats, backward)};
+}
+
 void bench_attention(int64_t T, int64_t D, int repeats) {
   const Device gpu = Device::cuda(0);
   const int64_t Hq = 16, Hkv = 8;
@@ -185,6 +238,7 @@ void bench_attention(int64_t T, int64_t D, int repeats) {
                                        cu.data(), s, stream());
   });
   const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=%.0f", double(T), double(D));
+  const auto [cudnn_fwd, cudnn_bwd] = time_cudnn_attention(s, repeats);
   // H100 anchors (docs/performance-anchors.md §D, causal, hdim 128): FA2 fwd 319 / 333 and
   // FA3 fwd 579 / 602 TFLOP/s at 4k / 8k; FA2 bwd 310 / 318, FA3 bwd 542 / 559.
   const bool k8 = T >= 8192;
@@ -197,7 +251,17 @@ void bench_attention(int64_t T, int64_t D, int repeats) {
       !d128 ? "torch SDPA below"
       : k8  ? "H100 FA2 318, FA3 559"
             : "H100 FA2 310, FA3 542");
-  attention_timings().push_back({T, Hq, Hkv, D, fwd, bwd});
+  if (cudnn_fwd > 0) {
+    row("cuDNN attention fwd", shape, cudnn_fwd, fwd_flops / cudnn_fwd / 1e12, "TFLOP/s",
+        fmt("%.1fx the own kernel (target >= 5)", fwd / cudnn_fwd));
+    row("cuDNN attention bwd", shape, cudnn_bwd, 2.5 * fwd_flops / cudnn_bwd / 1e12, "TFLOP/s",
+        fmt("%.1fx the own kernel (target >= 5)", bwd / cudnn_bwd));
+  }
+  // What the op runs for bf16 is what torch is compared with.
+  if (cudnn_fwd > 0)
+    attention_timings().push_back({T, Hq, Hkv, D, cudnn_fwd, cudnn_bwd});
+  else
+    attention_timings().push_back({T, Hq, Hkv, D, fwd, bwd});
 }
 
 // The number after "key": in one JSON line (NaN when absent): enough for the script's flat output.
@@ -213,8 +277,8 @@ void compare_attention_with_torch(const std::string& python, const std::string& 
                                   int repeats) {
   const auto& ours = attention_timings();
   if (ours.empty()) return;
-  std::string cmd =
-      python + " '" + script + "' --device cuda --reps " + std::to_string(repeats) + " --shapes";
+  std::string cmd = python + " '" + script + "' --device cuda --sdpa-backend cudnn --reps " +
+                    std::to_string(repeats) + " --shapes";
   for (const AttentionTiming& t : ours)
     cmd += " " + std::to_string(t.T) + ":" + std::to_string(t.Hq) + ":" + std::to_string(t.Hkv) +
            ":" + std::to_string(t.D);
@@ -243,9 +307,13 @@ void compare_attention_with_torch(const std::string& python, const std::string& 
     const double fwd_flops = 2.0 * double(t.T) * double(t.T) * double(t.D) * double(t.Hq);
     const double tf = json_number(*it, "fwd_ms") * 1e-3, tb = json_number(*it, "bwd_ms") * 1e-3;
     row("torch SDPA fwd (causal)", shape, tf, fwd_flops / tf / 1e12, "TFLOP/s",
-        fmt("ours / torch speed %.2f", tf / t.fwd));
+        fmt("ours / torch speed %.2f (target >= 0.9)", tf / t.fwd));
     row("torch SDPA bwd (causal)", shape, tb, 2.5 * fwd_flops / tb / 1e12, "TFLOP/s",
-        fmt("ours / torch speed %.2f", tb / t.bwd));
+        fmt("ours / torch speed %.2f (target >= 0.9)", tb / t.bwd));
+    const size_t b = it->find("\"sdpa_backend\": \"");
+    if (b != std::string::npos)
+      std::printf("|   torch SDPA backend: %s\n",
+                  it->substr(b + 17, it->find('"', b + 17) - b - 17).c_str());
     worst = std::min({worst, tf / t.fwd, tb / t.bwd});
     compared++;
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that vlmtrain builds and tests with (DESIGN.md §8).
 # Idempotent and non-interactive: when every package is already installed it does not touch apt.
-# Runs as root, or through sudo when available. The CUDA toolkit comes from the machine.
+# Runs as root, or through sudo when available. The CUDA toolkit comes from the machine. Then
+# fetches the pinned cuDNN frontend headers into .deps/ (tools/deps/fetch_cudnn_frontend.sh).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -13,6 +14,7 @@ packages=(
   libcli11-dev # the argument parser of the commands and benchmarks (src/cli/args.h)
   libjpeg62-turbo-dev libpng-dev
   clang-format-14 python3
+  python3-pip # fetch_cudnn_frontend.sh: pip download of the cuDNN frontend headers' wheel
   python3-h5py # tests/io/state/test_hdf5_state_mpi.cpp: h5py reads our checkpoints
   clang-14 libclang-rt-14-dev # libFuzzer targets (tools/fuzz/): clang++ and libclang_rt.fuzzer
 )
@@ -25,8 +27,11 @@ for p in "${packages[@]}"; do
   fi
 done
 
+fetch_headers() { bash "$(dirname "${BASH_SOURCE[0]}")/fetch_cudnn_frontend.sh"; }
+
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#packages[@]} packages already installed; skipping apt"
+  fetch_headers
   exit 0
 fi
 echo "install_deps: missing: ${missing[*]}"
@@ -45,4 +50,5 @@ echo "install_deps: apt-get update"
 "${sudo[@]}" apt-get update </dev/null
 echo "install_deps: apt-get install -y --no-install-recommends ${packages[*]}"
 "${sudo[@]}" apt-get install -y --no-install-recommends "${packages[@]}" </dev/null
+fetch_headers
 echo "install_deps: done"

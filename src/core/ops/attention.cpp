@@ -2,8 +2,11 @@
 
 #include <cmath>
 
+#include <optional>
+
 #include "kernels/attention.h"
 #include "src/core/autograd.h"
+#include "src/core/ops/attention_cudnn.h"
 #include "src/core/ops/common.h"
 
 namespace vlm {
@@ -18,13 +21,18 @@ DType lse_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 struct AttentionBackward final : Node {
   Tensor q, k, v, out, lse, cu_seqlens; // contiguous, detached; cu_seqlens always on the CPU
   kernels::AttentionShape shape;
+  std::optional<CudnnAttentionSaved> cudnn; // set: the forward ran on cuDNN (q..lse view it)
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     Tensor g = grads[0].contiguous();
+    Tensor dq, dk, dv;
+    if (cudnn && cudnn_attention_backward(*cudnn, g, dq, dk, dv))
+      return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
+              needs_input_grad(2) ? dv : Tensor()};
     // One kernel produces all three gradients; dq costs little next to dk/dv, so compute all.
-    Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
-    Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
-    Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+    dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+    dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+    dv = Tensor::empty(v.shape(), v.dtype(), v.device());
     dispatch(
         "attention backward", q.device(), q.dtype(),
         [&](auto t) {
@@ -43,7 +51,10 @@ struct AttentionBackward final : Node {
     return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
             needs_input_grad(2) ? dv : Tensor()};
   }
-  void release() override { q = k = v = out = lse = cu_seqlens = Tensor(); }
+  void release() override {
+    q = k = v = out = lse = cu_seqlens = Tensor();
+    cudnn.reset();
+  }
 };
 
 } // namespace
@@ -91,21 +102,34 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   shape.scale = scale;
 
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
-  Tensor lse = Tensor::empty({shape.tokens, shape.q_heads}, lse_dtype(q.dtype()), q.device());
-  dispatch(
-      "attention", q.device(), q.dtype(),
-      [&](auto t) {
-        using T = decltype(t);
-        kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(),
-                                       kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape);
-      },
-      [&](auto t, void* stream) {
-        using T = decltype(t);
-        kernels::cuda::attention_fwd<T>(out.data<T>(), lse.data<float>(), qc.data<T>(),
-                                        kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape,
-                                        stream);
-      });
+  // CUDA bf16: cuDNN's fused attention where it runs this configuration
+  // (kernels/attention_cudnn.h), else the own kernel below.
+  std::optional<CudnnAttentionSaved> cudnn = cudnn_attention_forward(qc, kc, vc, cu, shape);
+  Tensor out, lse;
+  if (cudnn) {
+    out = first_rows(cudnn->out, shape.tokens);
+    lse = first_rows(cudnn->lse, shape.tokens);
+    qc = first_rows(cudnn->q, shape.tokens); // the backward keeps cuDNN's padded copies only
+    kc = first_rows(cudnn->k, shape.tokens);
+    vc = first_rows(cudnn->v, shape.tokens);
+  } else {
+    out = Tensor::empty(q.shape(), q.dtype(), q.device());
+    lse = Tensor::empty({shape.tokens, shape.q_heads}, lse_dtype(q.dtype()), q.device());
+  }
+  if (!cudnn)
+    dispatch(
+        "attention", q.device(), q.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(),
+                                         kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::attention_fwd<T>(out.data<T>(), lse.data<float>(), qc.data<T>(),
+                                          kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape,
+                                          stream);
+        });
   if (needs_grad({&q, &k, &v})) {
     auto node = std::make_shared<AttentionBackward>();
     node->q = qc.detach();
@@ -115,6 +139,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     node->lse = lse;
     node->cu_seqlens = cu;
     node->shape = shape;
+    node->cudnn = std::move(cudnn);
     record(node, {&q, &k, &v}, {&out});
   }
   return out;

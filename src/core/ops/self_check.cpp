@@ -28,12 +28,13 @@ std::map<std::string, Decision>& cache() {
   return c;
 }
 
-Decision decide(const std::string& key, double tolerance, const SelfCheckMeasure& measure) {
+Decision decide(const std::string& key, double tolerance, const SelfCheckMeasure& measure,
+                const char* fallback) {
   const SelfCheckMode mode = self_check_mode();
   if (mode == SelfCheckMode::off) return {};
   if (mode == SelfCheckMode::fallback) {
-    log_warn("VLM_GPU_SELF_CHECK=fallback: not using the CUDA kernel for ", key,
-             "; the CPU kernel runs through host copies (slow)");
+    log_warn("VLM_GPU_SELF_CHECK=fallback: not using the CUDA kernel for ", key, "; ", fallback,
+             " runs");
     return {false, ""};
   }
   double error = INFINITY;
@@ -51,7 +52,7 @@ Decision decide(const std::string& key, double tolerance, const SelfCheckMeasure
   else
     what << "the kernel threw: " << failure;
   if (mode == SelfCheckMode::strict) return {false, what.str() + " (VLM_GPU_SELF_CHECK=strict)"};
-  log_warn(what.str(), "; using the CPU kernel through host copies from now on (slow)");
+  log_warn(what.str(), "; using ", fallback, " from now on");
   return {false, ""};
 }
 
@@ -66,10 +67,12 @@ SelfCheckMode self_check_mode() {
   VLM_FAIL("VLM_GPU_SELF_CHECK must be on, strict, off or fallback, got '", v, "'");
 }
 
-bool gpu_kernel_passes(const std::string& key, double tolerance, const SelfCheckMeasure& measure) {
+bool gpu_kernel_passes(const std::string& key, double tolerance, const SelfCheckMeasure& measure,
+                       const char* fallback) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto it = cache().find(key);
-  if (it == cache().end()) it = cache().emplace(key, decide(key, tolerance, measure)).first;
+  if (it == cache().end())
+    it = cache().emplace(key, decide(key, tolerance, measure, fallback)).first;
   VLM_CHECK(it->second.error.empty(), it->second.error);
   return it->second.use_kernel;
 }

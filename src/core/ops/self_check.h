@@ -32,7 +32,9 @@ using SelfCheckMeasure = std::function<double()>;
 // it throws counts as a mismatch and is quoted), error <= tolerance → true; else, in strict mode,
 // throws vlm::Error naming key, error and tolerance (on this and every later call), otherwise
 // logs one warning line and returns false. Thread-safe; measure() runs under a lock.
-bool gpu_kernel_passes(const std::string& key, double tolerance, const SelfCheckMeasure& measure);
+// `fallback` names what runs instead, for those lines.
+bool gpu_kernel_passes(const std::string& key, double tolerance, const SelfCheckMeasure& measure,
+                       const char* fallback = "the CPU kernel through host copies (slow)");
 
 // max |got - want| / max |want| (max |got - want| when want is all zeros); Inf when a value is
 // not finite and differs from the other, or the sizes differ.

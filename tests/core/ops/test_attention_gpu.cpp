@@ -1,4 +1,5 @@
-// Varlen attention on CUDA: the flash kernels (what the op uses) against the CPU op and against
+// Varlen attention on CUDA: the own flash kernels (the op's f32 path, and its bf16 path where
+// cuDNN does not run; VLM_ATTENTION_BACKEND=own here) against the CPU op and against
 // the reference CUDA kernels, forward (out, lse) and backward (dq, dk, dv), for head dims
 // 64/72/80/128/256, documents of 1, 63, 0 (empty), 64, 65 and 300 tokens packed in one row, GQA
 // ratios 1/2/4, causal and bidirectional, f32 and bf16.
@@ -11,7 +12,11 @@
 //    bf16 rounding 2^-8 apart, plus P rounded to bf16 on tensor cores); backward 2e-2 (dS is a
 //    bf16 operand on tensor cores, and through the op each side rounds its own forward output,
 //    which enters delta = dO·O). A CPU emulation of the kernels measured at most 5e-3 forward
-//    and 7e-3 backward on these cases.
+//    and 7e-3 backward on these cases (the bounds are 2x and 2.9x that).
+// The kernel-level outputs are poisoned with NaN before the kernels write them
+// (tests/gpu_testing.h), so a row or head a kernel skips fails instead of passing with a
+// previous launch's values. A bf16 case with documents of 2048 and more tokens (many key tiles,
+// a long online softmax) runs the same checks.
 // Skips (exit 77) with the device query text when there is no device.
 #include <catch2/catch.hpp>
 
@@ -86,6 +91,9 @@ kernels::AttentionShape shape_of(const Case& c, int64_t T, double scale) {
 // reference kernels.
 template <typename E> void check_case(const Case& c, uint64_t seed) {
   INFO(describe_case(c));
+  // The own kernels, also for bf16 (where the op would take cuDNN's fused attention: that has
+  // its own test, test_attention_cudnn_gpu.cpp).
+  setenv("VLM_ATTENTION_BACKEND", "own", 1);
   const DType dt = c.dtype;
   const double tol_fwd = dt == DType::f32 ? 1e-5 : 1e-2;
   const double tol_bwd_op = dt == DType::f32 ? 1e-5 : 2e-2;
@@ -120,9 +128,9 @@ template <typename E> void check_case(const Case& c, uint64_t seed) {
   Tensor qd = gq.detach(), kd = gk.detach(), vd = gv.detach(), upd = gup.detach();
   Tensor cu_dev = cu.to(kGpu);
   const int32_t* cu_host = cu.data<int32_t>();
-  auto empty_like = [](const Tensor& t, DType d) { return Tensor::empty(t.shape(), d, kGpu); };
-  Tensor out_f = empty_like(qd, dt), lse_f = Tensor::empty({T, c.Hq}, DType::f32, kGpu);
-  Tensor out_r = empty_like(qd, dt), lse_r = Tensor::empty({T, c.Hq}, DType::f32, kGpu);
+  auto empty_like = [](const Tensor& t, DType d) { return testing::poisoned(t.shape(), d); };
+  Tensor out_f = empty_like(qd, dt), lse_f = testing::poisoned({T, c.Hq}, DType::f32);
+  Tensor out_r = empty_like(qd, dt), lse_r = testing::poisoned({T, c.Hq}, DType::f32);
   kc::attention_fwd<E>(out_f.data<E>(), lse_f.data<float>(), qd.data<E>(), kd.data<E>(),
                        vd.data<E>(), cu_host, s, nullptr);
   kc::attention_ref_fwd<E>(out_r.data<E>(), lse_r.data<float>(), qd.data<E>(), kd.data<E>(),
@@ -137,7 +145,7 @@ template <typename E> void check_case(const Case& c, uint64_t seed) {
   CHECK(rel_err(lse_r, lse_c) <= 1e-5);
   if constexpr (std::is_same_v<E, bf16>) { // the bf16 forward without tensor cores as well
     ::setenv("VLM_ATTENTION_SIMT", "1", 1);
-    Tensor out_s = empty_like(qd, dt), lse_s = Tensor::empty({T, c.Hq}, DType::f32, kGpu);
+    Tensor out_s = empty_like(qd, dt), lse_s = testing::poisoned({T, c.Hq}, DType::f32);
     kc::attention_fwd<E>(out_s.data<E>(), lse_s.data<float>(), qd.data<E>(), kd.data<E>(),
                          vd.data<E>(), cu_host, s, nullptr);
     ::unsetenv("VLM_ATTENTION_SIMT");
@@ -215,6 +223,15 @@ TEST_CASE("gpu attention: odd head dims and a single long document", "[gpu]") {
   check_case<float>({6, 2, 40, true, DType::f32, {129}}, 1);
   check_case<float>({3, 1, 200, false, DType::f32, {97, 33}}, 2);
   check_case<bf16>({2, 2, 1, true, DType::bf16, {5, 1, 70}}, 3);
+}
+
+TEST_CASE("gpu attention: bf16 documents of 2048 and more tokens, causal and bidirectional",
+          "[gpu]") {
+  require_device();
+  // 2048 (a whole number of tiles), 2085 (a ragged last tile) and a short one after them, GQA 2,
+  // head dims 128 and 64 (the CPU reference in bf16 bounds the sizes: seconds on 4 cores).
+  check_case<bf16>({4, 2, 128, true, DType::bf16, {2048, 2085, 100}}, 6);
+  check_case<bf16>({2, 1, 64, false, DType::bf16, {2085}}, 7);
 }
 
 TEST_CASE("gpu attention: more than 65535 (token, head) rows over many documents", "[gpu]") {

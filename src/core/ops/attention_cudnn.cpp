@@ -1,0 +1,335 @@
+#include "src/core/ops/attention_cudnn.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "kernels/gpu_runtime.h"
+#include "src/base/check.h"
+#include "src/base/logging.h"
+#include "src/base/rng.h"
+#include "src/core/ops/self_check.h"
+#include "src/core/ops/shape_ops.h"
+#include "src/core/stream.h"
+
+namespace vlm::ops_detail {
+
+using cudnn_attention::Backend;
+using cudnn_attention::kSpareRows;
+using cudnn_attention::Request;
+
+Tensor first_rows(const Tensor& t, int64_t rows) {
+  Shape shape = t.shape();
+  shape[0] = rows;
+  return t.as_strided(shape, t.strides(), t.offset());
+}
+
+namespace {
+
+std::atomic<int64_t> g_runs{0};
+
+std::mutex& decisions_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Relative L2 error of `got` against `want` over their first `n` values (Inf when a value is not
+// finite or the norm of `want` is 0 while `got` differs).
+double rel_l2(const std::vector<double>& got, const std::vector<double>& want, size_t n) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) return INFINITY;
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    ref += want[i] * want[i];
+  }
+  return ref > 0 ? std::sqrt(diff / ref) : (diff > 0 ? INFINITY : 0);
+}
+
+// A [rows + kSpareRows, heads, D] copy of x ([rows, heads, D], contiguous) with zero spare rows:
+// what cuDNN reads.
+Tensor padded_copy(const Tensor& x) {
+  const int64_t rows = x.size(0), row = x.numel() / std::max<int64_t>(rows, 1);
+  Shape shape = x.shape();
+  shape[0] = rows + kSpareRows;
+  Tensor p = Tensor::empty(shape, x.dtype(), x.device());
+  void* stream = current_stream(x.device()).handle();
+  kernels::cuda::memset_async(static_cast<uint8_t*>(p.data_ptr()) +
+                                  size_t(rows * row) * x.element_size(),
+                              0, size_t(kSpareRows * row) * x.element_size(), stream);
+  Tensor head = first_rows(p, rows);
+  copy_(head, x);
+  return p;
+}
+
+Tensor padded_empty(const Shape& rows_shape, DType dtype, Device device) {
+  Shape shape = rows_shape;
+  shape[0] += kSpareRows;
+  return Tensor::empty(shape, dtype, device);
+}
+
+template <typename T> T* ptr(const Tensor& t) { return t.data<T>(); }
+
+// The ragged layout's device image, copied from page-locked memory (an asynchronous copy, as the
+// batch's own upload in model::to_device).
+Tensor upload_ragged(const cudnn_attention::RaggedLayout& layout, Device device) {
+  const std::vector<uint8_t> image = cudnn_attention::ragged_device_bytes(layout);
+  Tensor staging = Tensor::empty_pinned({int64_t(image.size())}, DType::u8);
+  std::memcpy(staging.data_ptr(), image.data(), image.size());
+  return staging.to(device);
+}
+
+} // namespace
+
+Backend decide_attention_backend(const cudnn_attention::Capability& cap,
+                                 const kernels::AttentionShape& shape, DType dtype, Request request,
+                                 bool deterministic, const std::function<AttentionProbe()>& probe,
+                                 const std::function<void(const std::string&)>& log) {
+  const cudnn_attention::Choice choice =
+      cudnn_attention::choose_backend(cap, shape, dtype, request);
+  const std::string key = cudnn_attention::check_key(cap, shape, deterministic);
+  std::lock_guard<std::mutex> lock(decisions_mutex());
+  // Per configuration and request (a test may ask for the own kernel, then for cuDNN). A decision
+  // that throws is not kept: the next call throws again.
+  static std::map<std::pair<std::string, Request>, Backend> decisions;
+  const auto id = std::pair(key, request);
+  if (auto it = decisions.find(id); it != decisions.end()) return it->second;
+  if (choice.backend == Backend::own_kernel) {
+    VLM_CHECK(request != Request::cudnn, "VLM_ATTENTION_BACKEND=cudnn, but cuDNN cannot run ", key,
+              ": ", choice.reason);
+    // A choice by request, or by dtype (f32 runs the own kernel by design), is not news.
+    if (request != Request::own_kernel && dtype == DType::bf16)
+      log("attention: " + key + ": the own kernel runs (" + choice.reason + ")");
+    return decisions[id] = Backend::own_kernel;
+  }
+  // Why cuDNN cannot build or plan a configuration's graphs, per check key (the self-check's own
+  // cache keeps only pass/fail).
+  static std::map<std::string, std::string> cannot_run;
+  const bool passes = gpu_kernel_passes(
+      key, kAttentionSelfCheckTolerance,
+      [&] {
+        AttentionProbe p = probe();
+        if (p.unsupported.empty()) return p.error;
+        cannot_run[key] = p.unsupported;
+        return 0.0;
+      },
+      "the own attention kernel");
+  if (auto it = cannot_run.find(key); it != cannot_run.end()) {
+    VLM_CHECK(request != Request::cudnn, "VLM_ATTENTION_BACKEND=cudnn, but cuDNN cannot run ", key,
+              ": ", it->second);
+    log("attention: " + key + ": cuDNN cannot run it here (" + it->second +
+        "); the own kernel runs");
+    return decisions[id] = Backend::own_kernel;
+  }
+  VLM_CHECK(passes || request != Request::cudnn, "VLM_ATTENTION_BACKEND=cudnn, but ", key,
+            " failed its self-check (see the line above)");
+  return decisions[id] = passes ? Backend::cudnn : Backend::own_kernel;
+}
+
+AttentionProbe probe_cudnn_attention(const kernels::AttentionShape& production, bool deterministic,
+                                     Device device) {
+#if !VLM_WITH_CUDA
+  (void)production, (void)deterministic, (void)device;
+  return {0, "this build has no CUDA backend"};
+#else
+  const cudnn_attention::Capability cap = cudnn_attention::cuda::capability(device.index);
+  // Documents: short, tile-sized, off by one, long, an empty one, and last the low-LSE one of
+  // 192 tokens (= 64 mod 128).
+  const std::vector<int32_t> lengths = {1, 17, 64, 127, 0, 128, 300, 192};
+  std::vector<int32_t> cu = {0};
+  for (int32_t n : lengths) cu.push_back(cu.back() + n);
+  kernels::AttentionShape s = production;
+  s.tokens = cu.back();
+  s.docs = int64_t(lengths.size());
+  const int64_t T = s.tokens, Hq = s.q_heads, Hkv = s.kv_heads, D = s.head_dim;
+
+  Rng rng(20261206);
+  auto randn = [&](int64_t heads) { return Tensor::randn({T, heads, D}, rng, DType::f32); };
+  Tensor q = randn(Hq), k = randn(Hkv), v = randn(Hkv), dout = randn(Hq);
+  { // The last document: every key the same vector u and every query -c·u, so each scaled score
+    // is about -100 and its row's LSE about -100 + ln(n) < -88.7.
+    const int64_t first = cu[cu.size() - 2];
+    float* qd = q.data<float>();
+    float* kd = k.data<float>();
+    double norm2 = 0;
+    for (int64_t d = 0; d < D; d++)
+      norm2 += double(kd[first * Hkv * D + d]) * kd[first * Hkv * D + d];
+    const double c = 100.0 / (s.scale * norm2);
+    for (int64_t t = first; t < T; t++)
+      for (int64_t d = 0; d < D; d++) {
+        const float u = kd[first * Hkv * D + d];
+        for (int64_t h = 0; h < Hkv; h++) kd[(t * Hkv + h) * D + d] = u;
+        for (int64_t h = 0; h < Hq; h++) qd[(t * Hq + h) * D + d] = float(-c * u);
+      }
+  }
+  auto to_dev = [&](const Tensor& x) { return x.to(DType::bf16).to(device); };
+  Tensor qd = to_dev(q), kd = to_dev(k), vd = to_dev(v), dod = to_dev(dout);
+  void* stream = current_stream(device).handle();
+
+  // The reference: the own kernels' slow exact-order version.
+  Tensor cu_dev = Tensor::from_vector<int32_t>(cu, {int64_t(cu.size())}).to(device);
+  Tensor ro = Tensor::full({T, Hq, D}, NAN, DType::bf16, device);
+  Tensor rl = Tensor::full({T, Hq}, NAN, DType::f32, device);
+  Tensor rdq = Tensor::full({T, Hq, D}, NAN, DType::bf16, device);
+  Tensor rdk = Tensor::full({T, Hkv, D}, NAN, DType::bf16, device);
+  Tensor rdv = Tensor::full({T, Hkv, D}, NAN, DType::bf16, device);
+  kernels::cuda::attention_ref_fwd<bf16>(ptr<bf16>(ro), ptr<float>(rl), ptr<bf16>(qd),
+                                         ptr<bf16>(kd), ptr<bf16>(vd), ptr<int32_t>(cu_dev), s,
+                                         stream);
+  kernels::cuda::attention_ref_bwd<bf16>(
+      ptr<bf16>(rdq), ptr<bf16>(rdk), ptr<bf16>(rdv), ptr<bf16>(dod), ptr<bf16>(qd), ptr<bf16>(kd),
+      ptr<bf16>(vd), ptr<bf16>(ro), ptr<float>(rl), ptr<int32_t>(cu_dev), s, stream);
+
+  // cuDNN, as the op runs it, outputs NaN first.
+  const auto layout = cudnn_attention::ragged_layout(
+      cu.data(), s, cudnn_attention::zero_length_supported(cap.cudnn_version));
+  const auto key = cudnn_attention::plan_key(s, layout, cap.sm, deterministic);
+  Tensor ragged = upload_ragged(layout, device);
+  Tensor pq = padded_copy(qd), pk = padded_copy(kd), pv = padded_copy(vd), pdo = padded_copy(dod);
+  auto nan_rows = [&](int64_t heads, int64_t d, DType t) {
+    return Tensor::full({T + kSpareRows, heads, d}, NAN, t, device);
+  };
+  Tensor co = nan_rows(Hq, D, DType::bf16), cl = nan_rows(Hq, 1, DType::f32);
+  AttentionProbe result;
+  result.unsupported =
+      cudnn_attention::cuda::sdpa_fwd(ptr<bf16>(co), ptr<float>(cl), ptr<bf16>(pq), ptr<bf16>(pk),
+                                      ptr<bf16>(pv), ragged.data_ptr(), key, stream);
+  if (!result.unsupported.empty()) return result;
+  std::vector<double> grads[2][3];
+  for (int run = 0; run < (deterministic ? 2 : 1); run++) {
+    Tensor dq = nan_rows(Hq, D, DType::bf16), dk = nan_rows(Hkv, D, DType::bf16),
+           dv = nan_rows(Hkv, D, DType::bf16);
+    result.unsupported = cudnn_attention::cuda::sdpa_bwd(
+        ptr<bf16>(dq), ptr<bf16>(dk), ptr<bf16>(dv), ptr<bf16>(pdo), ptr<bf16>(pq), ptr<bf16>(pk),
+        ptr<bf16>(pv), ptr<bf16>(co), ptr<float>(cl), ragged.data_ptr(), key, stream);
+    if (!result.unsupported.empty()) return result;
+    grads[run][0] = first_rows(dq, T).to_doubles();
+    grads[run][1] = first_rows(dk, T).to_doubles();
+    grads[run][2] = first_rows(dv, T).to_doubles();
+  }
+  if (deterministic)
+    for (int g = 0; g < 3; g++)
+      VLM_CHECK(grads[0][g] == grads[1][g], "cuDNN's deterministic backward gave two different ",
+                "d", "QKV"[g], " on the same inputs");
+
+  // Valid rows only: spare rows are undefined. Every output row of a non-empty document counts.
+  const std::vector<double> want_lse = rl.to_doubles(), got_lse = first_rows(cl, T).to_doubles();
+  double err = 0;
+  for (size_t i = 0; i < want_lse.size(); i++) {
+    const double e = std::abs(got_lse[i] - want_lse[i]) / std::max(1.0, std::abs(want_lse[i]));
+    err = std::max(err, std::isfinite(e) ? e : INFINITY);
+  }
+  auto compare = [&](const Tensor& ref, const std::vector<double>& got) {
+    const std::vector<double> want = ref.to_doubles();
+    VLM_CHECK(want.size() == got.size() && !want.empty(), "attention self-check: compared ",
+              got.size(), " values against ", want.size());
+    err = std::max(err, rel_l2(got, want, want.size()));
+  };
+  compare(ro, first_rows(co, T).to_doubles());
+  compare(rdq, grads[0][0]);
+  compare(rdk, grads[0][1]);
+  compare(rdv, grads[0][2]);
+  result.error = err;
+  return result;
+#endif
+}
+
+namespace {
+
+Backend backend_for(const kernels::AttentionShape& shape, Device device) {
+  const auto cap = cudnn_attention::cuda::capability(device.index);
+  const bool det = cudnn_attention::deterministic_requested();
+  return decide_attention_backend(
+      cap, shape, DType::bf16, cudnn_attention::requested_backend(), det,
+      [&] { return probe_cudnn_attention(shape, det, device); },
+      [](const std::string& line) { log_warn(line); });
+}
+
+// A plan that did not build for one production shape: said once per plan key.
+void say_once(const cudnn_attention::PlanKey& key, const char* direction, const std::string& why) {
+  static std::mutex m;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(m);
+  if (said.insert(direction + key.str()).second)
+    log_warn("attention: cuDNN ", direction, " cannot run ", key.str(), " (", why,
+             "); the own kernel runs it");
+}
+
+} // namespace
+
+std::optional<CudnnAttentionSaved> cudnn_attention_forward(const Tensor& q, const Tensor& k,
+                                                           const Tensor& v, const Tensor& cu_host,
+                                                           const kernels::AttentionShape& shape) {
+  const Device device = q.device();
+  if (!device.is_cuda() || q.dtype() != DType::bf16 || shape.tokens == 0) return std::nullopt;
+  if (backend_for(shape, device) != Backend::cudnn) return std::nullopt;
+  const auto cap = cudnn_attention::cuda::capability(device.index);
+  const auto layout = cudnn_attention::ragged_layout(
+      cu_host.data<int32_t>(), shape, cudnn_attention::zero_length_supported(cap.cudnn_version));
+  if (layout.batch == 0) return std::nullopt;
+  CudnnAttentionSaved s;
+  s.key =
+      cudnn_attention::plan_key(shape, layout, cap.sm, cudnn_attention::deterministic_requested());
+  s.ragged = upload_ragged(layout, device);
+  s.q = padded_copy(q);
+  s.k = padded_copy(k);
+  s.v = padded_copy(v);
+  s.out = padded_empty(q.shape(), DType::bf16, device);
+  s.lse = padded_empty({shape.tokens, shape.q_heads}, DType::f32, device);
+  const std::string why = cudnn_attention::cuda::sdpa_fwd(
+      ptr<bf16>(s.out), ptr<float>(s.lse), ptr<bf16>(s.q), ptr<bf16>(s.k), ptr<bf16>(s.v),
+      s.ragged.data_ptr(), s.key, current_stream(device).handle());
+  if (!why.empty()) {
+    say_once(s.key, "forward", why);
+    return std::nullopt;
+  }
+  g_runs++;
+  return s;
+}
+
+bool cudnn_attention_backward(const CudnnAttentionSaved& s, const Tensor& dout, Tensor& dq,
+                              Tensor& dk, Tensor& dv) {
+  const int64_t T = dout.size(0);
+  const Device device = dout.device();
+  Tensor pdo = padded_copy(dout);
+  Tensor pdq = padded_empty(dout.shape(), DType::bf16, device);
+  Tensor pdk = padded_empty({T, s.key.kv_heads, s.key.head_dim}, DType::bf16, device);
+  Tensor pdv = padded_empty({T, s.key.kv_heads, s.key.head_dim}, DType::bf16, device);
+  const std::string why = cudnn_attention::cuda::sdpa_bwd(
+      ptr<bf16>(pdq), ptr<bf16>(pdk), ptr<bf16>(pdv), ptr<bf16>(pdo), ptr<bf16>(s.q),
+      ptr<bf16>(s.k), ptr<bf16>(s.v), ptr<bf16>(s.out), ptr<float>(s.lse), s.ragged.data_ptr(),
+      s.key, current_stream(device).handle());
+  if (!why.empty()) {
+    say_once(s.key, "backward", why);
+    return false;
+  }
+  g_runs++;
+  dq = first_rows(pdq, T);
+  dk = first_rows(pdk, T);
+  dv = first_rows(pdv, T);
+  return true;
+}
+
+int64_t cudnn_attention_runs() { return g_runs.load(); }
+
+std::string attention_backend_summary(Device device) {
+  if (!device.is_cuda()) return "attention: the CPU kernel";
+  const auto cap = cudnn_attention::cuda::capability(device.index);
+  kernels::AttentionShape probe_shape; // a typical configuration: what this machine can do
+  probe_shape.q_heads = probe_shape.kv_heads = 1;
+  probe_shape.head_dim = 128;
+  const auto choice = cudnn_attention::choose_backend(cap, probe_shape, DType::bf16,
+                                                      cudnn_attention::requested_backend());
+  std::string s = "attention on " + device.str() + ": ";
+  if (choice.backend == Backend::own_kernel)
+    return s + "the own flash-style kernel (" + choice.reason + ")";
+  return s + "cuDNN fused attention (cuDNN " + cudnn_attention::version_text(cap.cudnn_version) +
+         ", frontend " + cudnn_attention::cuda::frontend_version() + ", sm_" +
+         std::to_string(cap.sm) +
+         "; each configuration self-checked against the own kernel at first use), the own " +
+         "kernel where cuDNN cannot run one (f32, unsupported head dims: said when it happens)";
+}
+
+} // namespace vlm::ops_detail
