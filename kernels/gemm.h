@@ -24,6 +24,10 @@ template <> void gemm<float>(float*, const float*, const float*, const GemmShape
 template <>
 void gemm<double>(double*, const double*, const double*, const GemmShape&, float, float);
 template <> void gemm<bf16>(bf16*, const bf16*, const bf16*, const GemmShape&, float, float);
+// bf16 A and B, f32 C (read when beta != 0, written unrounded): the weight gradient of a bf16
+// parameter accumulated straight into its fp32 .grad (beta = 1).
+void gemm_bf16_f32(float* c, const bf16* a, const bf16* b, const GemmShape& s, float alpha = 1.f,
+                   float beta = 0.f);
 
 } // namespace vlm::kernels::cpu
 

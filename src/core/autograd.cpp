@@ -71,19 +71,47 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::mo
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
   Tensor leaf(leaf_);
   Tensor& g = grads[0];
-  VLM_CHECK(g.shape() == leaf.shape(), "gradient ", g.desc(), " for leaf ", leaf.name(), " ",
-            leaf.desc(), " has the wrong shape");
   auto& meta = leaf.autograd_meta();
-  if (!meta.grad.defined()) {
-    // Own a private copy: the incoming tensor may also be another tensor's gradient (a cast
-    // makes one already).
-    const DType dtype = leaf.grad_dtype();
-    meta.grad = g.dtype() == dtype ? g.clone() : g.to(dtype);
+  if (g.defined()) {
+    VLM_CHECK(g.shape() == leaf.shape(), "gradient ", g.desc(), " for leaf ", leaf.name(), " ",
+              leaf.desc(), " has the wrong shape");
+    if (!meta.grad.defined()) {
+      // Own a private copy: the incoming tensor may also be another tensor's gradient (a cast
+      // makes one already).
+      const DType dtype = leaf.grad_dtype();
+      meta.grad = g.dtype() == dtype ? g.clone() : g.to(dtype);
+    } else {
+      add_(meta.grad, g.to(meta.grad.dtype()));
+    }
   } else {
-    add_(meta.grad, g.to(meta.grad.dtype()));
+    VLM_CHECK(accumulated_directly_, "AccumulateGrad: no gradient for leaf ", leaf.name(), " ",
+              leaf.desc());
   }
+  accumulated_directly_ = false;
   for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
   return {};
+}
+
+bool AccumulateGrad::accumulate_directly(const GradWriter& write) {
+  Tensor leaf(leaf_);
+  if (leaf.dtype() != DType::bf16 || leaf.grad_dtype() != DType::f32) return false;
+  auto& meta = leaf.autograd_meta();
+  if (meta.grad.defined()) {
+    const Tensor& g = meta.grad;
+    if (g.dtype() != DType::f32 || !g.is_contiguous() || g.device() != leaf.device()) return false;
+    write(meta.grad, 1.f);
+  } else {
+    Tensor fresh = Tensor::empty(leaf.shape(), DType::f32, leaf.device());
+    write(fresh, 0.f);
+    meta.grad = fresh;
+  }
+  accumulated_directly_ = true;
+  return true;
+}
+
+bool accumulate_weight_grad(const Edge& edge, const GradWriter& write) {
+  auto* acc = dynamic_cast<AccumulateGrad*>(edge.fn.get());
+  return acc && acc->accumulate_directly(write);
 }
 
 namespace {
@@ -110,6 +138,9 @@ public:
     std::vector<Tensor> gin = it != grads_.end() ? std::move(it->second) : std::vector<Tensor>{};
     if (it != grads_.end()) grads_.erase(it);
     gin.resize(std::max<size_t>(node.outputs.size(), gin.size()));
+    // A leaf whose gradients were all written straight into its .grad gets none here.
+    auto* acc = dynamic_cast<const AccumulateGrad*>(&node);
+    if (acc && acc->accumulated_directly()) return gin;
     for (size_t k = 0; k < node.outputs.size(); k++)
       if (!gin[k].defined()) {
         auto& m = node.outputs[k];

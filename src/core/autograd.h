@@ -45,17 +45,45 @@ public:
   uint64_t sequence_nr = 0;
 };
 
+// Writes a weight gradient into `grad` in grad's dtype: beta = 1 adds it to grad's contents,
+// beta = 0 overwrites them (see accumulate_weight_grad).
+using GradWriter = std::function<void(Tensor& grad, float beta)>;
+
 // Accumulates incoming gradient into a leaf's .grad (in its grad_dtype) and runs its
 // post-accumulate hooks.
 class AccumulateGrad final : public Node {
 public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
   const char* name() const override { return "AccumulateGrad"; }
+  // Runs once per backward pass, after every gradient of the pass reached the leaf: adds the
+  // incoming gradient (undefined when all of it was written directly) and runs the hooks.
   std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
+  // accumulate_weight_grad's part: writes into .grad directly when the leaf is bf16 with an f32
+  // grad_dtype (false: nothing written).
+  bool accumulate_directly(const GradWriter& write);
+  // Whether some gradient of the current pass was written directly (apply then takes an
+  // undefined gradient where none arrived through the graph).
+  bool accumulated_directly() const { return accumulated_directly_; }
 
 private:
   std::shared_ptr<TensorImpl> leaf_;
+  bool accumulated_directly_ = false;
 };
+
+// Weight gradients of bf16 parameters in fp32 straight from the GEMM (issue 34). A bf16
+// parameter whose .grad accumulates in f32 (set_grad_dtype(f32), as the trainer sets it, AMP's
+// rule) would otherwise get each pass's gradient rounded to bf16 by the backward GEMM before
+// AccumulateGrad widens it and adds it. When `edge` (a node's input edge) leads straight to such
+// a leaf's AccumulateGrad, this calls write(grad, beta) with the leaf's f32 .grad and beta = 1,
+// or, when .grad is undefined, with a fresh f32 tensor of the leaf's shape and beta = 0 (it
+// becomes .grad), and returns true: the node then returns an undefined gradient for that input.
+// The leaf's post-accumulate hooks still run once per pass, when its AccumulateGrad node runs
+// (after every gradient of the pass has reached the leaf, written directly or not). Returns
+// false, writing nothing, for any other edge: another leaf dtype or grad_dtype, a .grad that is
+// not a contiguous f32 tensor on the leaf's device, or a node between the op and the leaf (e.g.
+// FSDP's gather node, whose gathered copies are what the forward used); the node returns its
+// gradient as usual then.
+bool accumulate_weight_grad(const Edge& edge, const GradWriter& write);
 
 struct AutogradMeta {
   bool requires_grad = false;

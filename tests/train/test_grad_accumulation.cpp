@@ -1,6 +1,7 @@
 // Gradients of bf16 parameters accumulate in fp32 across micro-batches by default
 // (training.grad_dtype, Tensor::set_grad_dtype), as PyTorch AMP and FSDP2 mixed precision do:
-// each micro-batch's bf16 gradient is added without rounding the running sum to 8 bits.
+// each micro-batch's gradient is added without rounding the running sum to 8 bits (and a bf16
+// Linear's weight gradient reaches the sum from the GEMM in fp32, without a bf16 rounding).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -74,20 +75,26 @@ TEST_CASE("grad accumulation: 8 micro-batches in fp32 give one micro-batch's bf1
 
 TEST_CASE("grad accumulation: fp32 accumulation is the exact sum of the micro-batch gradients") {
   // 8 different micro-batches: the accumulated gradient against the f64 sum of each
-  // micro-batch's own (bf16) gradient. fp32 adds them without loss; bf16 rounds every add.
+  // micro-batch's own gradient, computed as the fp32 step computes it (weight gradients of bf16
+  // Linear parameters straight from the GEMM in fp32, autograd's accumulate_weight_grad). fp32
+  // adds them without loss; bf16 rounds every add.
   Setup s;
   std::vector<model::Batch> batches;
   for (int i = 0; i < 8; i++) batches.push_back(testing::loop_micro_batch(s.golden, i));
   int64_t targets = 0;
   for (const auto& b : batches) targets += model::count_targets(b);
   std::vector<std::vector<double>> exact;
+  for (const auto& p : s.m->named_parameters()) {
+    Tensor t = p.tensor;
+    t.set_grad_dtype(DType::f32);
+  }
   for (const auto& b : batches) {
     s.m->zero_grad();
     affine(model::lm_loss(*s.m, b, Reduction::sum), 1.0 / double(targets)).backward();
     const auto params = s.m->named_parameters();
     if (exact.empty()) exact.resize(params.size());
     for (size_t i = 0; i < params.size(); i++) {
-      const auto g = params[i].tensor.grad().to_doubles(); // bf16, as in the step
+      const auto g = params[i].tensor.grad().to_doubles(); // one micro-batch's, as in the step
       exact[i].resize(g.size());
       for (size_t j = 0; j < g.size(); j++) exact[i][j] += g[j];
     }

@@ -5,6 +5,7 @@
 #include "src/core/autograd.h"
 #include "src/core/device_errors.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"
 
 namespace vlm {
@@ -118,6 +119,14 @@ struct EmbeddingBackward final : Node {
   DType weight_dtype;
   const char* name() const override { return "EmbeddingBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
+    // A bf16 table whose .grad accumulates in f32: the rows of repeated ids are summed straight
+    // into that .grad in fp32 (autograd's accumulate_weight_grad) instead of in a bf16 table
+    // that rounds at every add.
+    const GradWriter write = [&](Tensor& acc, float beta) {
+      if (beta == 0.f) fill_(acc, 0.0);
+      scatter_add_into(acc, 0, ids, g[0].to(acc.dtype()).contiguous());
+    };
+    if (accumulate_weight_grad(next_edges[0], write)) return {Tensor()};
     Tensor dy = g[0].to(weight_dtype).contiguous();
     Tensor dw = Tensor::zeros(weight_shape, weight_dtype, dy.device());
     scatter_add_into(dw, 0, ids, dy);

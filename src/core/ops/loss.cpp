@@ -216,11 +216,13 @@ void lce_fwd_cpu(acc_t<T>* row_loss, acc_t<T>* lse, const T* x, const T* w, cons
 }
 
 template <typename T, typename I>
-void lce_bwd_cpu(T* dx, T* dw, const T* x, const T* w, const I* labels, const acc_t<T>* lse,
-                 const acc_t<T>* grad_loss, const double* scale, const LceShape& s) {
+void lce_bwd_cpu(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const T* w,
+                 const I* labels, const acc_t<T>* lse, const acc_t<T>* grad_loss,
+                 const double* scale, const LceShape& s) {
   using A = acc_t<T>;
   if (s.n == 0) {
     if (dw) std::fill(dw, dw + s.v * s.h, from_acc<T>(A(0)));
+    if (dw32 && dw32_beta == 0.f) std::fill(dw32, dw32 + s.v * s.h, 0.f);
     return;
   }
   const int64_t cmax = std::min(s.chunk, s.v);
@@ -240,6 +242,15 @@ void lce_bwd_cpu(T* dx, T* dw, const T* x, const T* w, const I* labels, const ac
       g.trans_a = true;
       kernels::cpu::gemm<T>(dw + v0 * s.h, dl.data(), x, g);
     }
+    if constexpr (std::is_same_v<T, bf16>)
+      if (dw32) { // the same product into an f32 .grad (accumulate_weight_grad), beta as given
+        kernels::cpu::GemmShape g;
+        g.M = c;
+        g.N = s.h;
+        g.K = s.n;
+        g.trans_a = true;
+        kernels::cpu::gemm_bf16_f32(dw32 + v0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
+      }
     if (dx) { // dx_acc[N, H] += dl w[v0:v0+c]
       kernels::cpu::GemmShape g;
       g.M = s.n;
@@ -294,12 +305,14 @@ void lce_fwd_cuda(float* row_loss, float* lse, const T* x, const T* w, const I* 
 }
 
 template <typename T, typename I>
-void lce_bwd_cuda(T* dx, T* dw, const T* x, const T* w, const I* labels, const float* lse,
-                  const float* grad_loss, const double* scale, const LceShape& s, Device device,
-                  void* stream) {
+void lce_bwd_cuda(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const T* w,
+                  const I* labels, const float* lse, const float* grad_loss, const double* scale,
+                  const LceShape& s, Device device, void* stream) {
   using kernels::cuda::GemmType;
   if (s.n == 0) {
     if (dw) kernels::cuda::memset_async(dw, 0, size_t(s.v * s.h) * sizeof(T), stream);
+    if (dw32 && dw32_beta == 0.f)
+      kernels::cuda::memset_async(dw32, 0, size_t(s.v * s.h) * sizeof(float), stream);
     return;
   }
   const int64_t cmax = std::min(s.chunk, s.v);
@@ -324,6 +337,9 @@ void lce_bwd_cuda(T* dx, T* dw, const T* x, const T* w, const I* labels, const f
     if (dw)
       kernels::cuda::gemm(dw + v0 * s.h, gemm_type<T>(), dl.data<T>(), x, gemm_type<T>(), c, s.h,
                           s.n, true, false, 1.f, 0.f, 1, 0, 0, 0, stream);
+    if (dw32) // the same product into an f32 .grad (accumulate_weight_grad), beta as given
+      kernels::cuda::gemm(dw32 + v0 * s.h, GemmType::f32, dl.data<T>(), x, gemm_type<T>(), c, s.h,
+                          s.n, true, false, 1.f, dw32_beta, 1, 0, 0, 0, stream);
     if (dx)
       kernels::cuda::gemm(acc, GemmType::f32, dl.data<T>(), w + v0 * s.h, gemm_type<T>(), s.n, s.h,
                           c, false, false, 1.f, v0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, stream);
@@ -340,28 +356,41 @@ struct LinearCrossEntropyBackward final : Node {
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     Tensor g_loss = g[0].to(lse.dtype()).contiguous();
     Tensor dx = needs_input_grad(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
-    Tensor dw = needs_input_grad(1) ? Tensor::empty(weight.shape(), weight.dtype(), weight.device())
-                                    : Tensor();
+    Tensor dw;
     auto out = [](const Tensor& t, auto tag) {
       using T = decltype(tag);
       return t.defined() ? t.data<T>() : nullptr;
     };
-    VLM_DISPATCH_INDEX(labels.dtype(), name(), I, [&] {
-      dispatch(
-          name(), x.device(), x.dtype(),
-          [&](auto t) {
-            using T = decltype(t);
-            lce_bwd_cpu<T, I>(out(dx, t), out(dw, t), x.data<T>(), weight.data<T>(),
-                              labels.data<I>(), lse.data<acc_t<T>>(), g_loss.data<acc_t<T>>(),
-                              scale.data<double>(), shape);
-          },
-          [&](auto t, void* stream) {
-            using T = decltype(t);
-            lce_bwd_cuda<T, I>(out(dx, t), out(dw, t), x.data<T>(), weight.data<T>(),
-                               labels.data<I>(), lse.data<float>(), g_loss.data<float>(),
-                               scale.data<double>(), shape, x.device(), stream);
-          });
-    });
+    // One pass over the vocabulary chunks gives dx and dw (into `dw`, or into an f32 .grad).
+    auto run = [&](float* dw32, float dw32_beta) {
+      VLM_DISPATCH_INDEX(labels.dtype(), name(), I, [&] {
+        dispatch(
+            name(), x.device(), x.dtype(),
+            [&](auto t) {
+              using T = decltype(t);
+              lce_bwd_cpu<T, I>(out(dx, t), out(dw, t), dw32, dw32_beta, x.data<T>(),
+                                weight.data<T>(), labels.data<I>(), lse.data<acc_t<T>>(),
+                                g_loss.data<acc_t<T>>(), scale.data<double>(), shape);
+            },
+            [&](auto t, void* stream) {
+              using T = decltype(t);
+              lce_bwd_cuda<T, I>(out(dx, t), out(dw, t), dw32, dw32_beta, x.data<T>(),
+                                 weight.data<T>(), labels.data<I>(), lse.data<float>(),
+                                 g_loss.data<float>(), scale.data<double>(), shape, x.device(),
+                                 stream);
+            });
+      });
+    };
+    // A bf16 lm_head whose .grad accumulates in f32 gets its gradient in fp32 straight from the
+    // GEMMs (autograd's accumulate_weight_grad), as a Linear's weight does.
+    const bool direct =
+        needs_input_grad(1) && accumulate_weight_grad(next_edges[1], [&](Tensor& acc, float beta) {
+          run(acc.data<float>(), beta);
+        });
+    if (!direct) {
+      if (needs_input_grad(1)) dw = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+      run(nullptr, 0.f);
+    }
     return {dx, dw};
   }
   void release() override { x = weight = labels = lse = scale = Tensor(); }

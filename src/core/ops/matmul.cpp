@@ -18,9 +18,29 @@ namespace {
 
 thread_local LinearInterceptor* t_linear_interceptor = nullptr;
 
-// c = op(a) op(b) + beta * c on contiguous tensors of one dtype and device. On CUDA through
-// cuBLASLt (kernels/gemm.h): fp32 accumulation, each output rounded to the dtype once.
+// c = op(a) op(b) + beta * c on contiguous tensors of one device: a and b of one dtype, c of
+// theirs, or f32 for bf16 a and b (weight gradients into an fp32 .grad, accumulate_weight_grad).
+// On CUDA through cuBLASLt (kernels/gemm.h): fp32 accumulation, each output rounded to c's dtype
+// once.
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmShape& s, float beta = 0.f) {
+  if (c.dtype() != a.dtype()) {
+    VLM_CHECK(a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::f32,
+              "matmul: a mixed-precision product takes bf16 inputs into an f32 output, got ",
+              describe("a", a), ", ", describe("b", b), ", ", describe("c", c));
+    dispatch_device(
+        "matmul", a.device(),
+        [&] {
+          kernels::cpu::gemm_bf16_f32(c.data<float>(), a.data<bf16>(), b.data<bf16>(), s, 1.f,
+                                      beta);
+        },
+        [&](auto stream) {
+          kernels::cuda::gemm(c.data_ptr(), kernels::cuda::GemmType::f32, a.data_ptr(),
+                              b.data_ptr(), kernels::cuda::GemmType::bf16, s.M, s.N, s.K, s.trans_a,
+                              s.trans_b, 1.f, beta, s.batch, s.stride_a, s.stride_b, s.stride_c,
+                              stream);
+        });
+    return;
+  }
   dispatch(
       "matmul", a.device(), a.dtype(),
       [&](auto t) {
@@ -62,8 +82,12 @@ struct MatmulBackward final : Node {
         gemm(ga, g, b, mm(rows, K, N, false, true)); // g [rows,N] · b^T
       }
       if (needs_input_grad(1)) {
-        gb = Tensor::empty(b.shape(), b.dtype(), b.device());
-        gemm(gb, a, g, mm(K, N, rows, true, false)); // a^T [K,rows] · g
+        const GemmShape s = mm(K, N, rows, true, false); // a^T [K,rows] · g
+        auto write = [&](Tensor& acc, float beta) { gemm(acc, a, g, s, beta); };
+        if (!accumulate_weight_grad(next_edges[1], write)) {
+          gb = Tensor::empty(b.shape(), b.dtype(), b.device());
+          write(gb, 0.f);
+        }
       }
     } else {
       int64_t batch = a.numel() / (M * K);
@@ -105,11 +129,24 @@ struct LinearBackward final : Node {
       gemm(gx, g, w, mm(rows, in, out)); // g · w
       gx = reshape(gx, x_shape);
     }
+    // A bf16 weight or bias with an f32 .grad gets its gradient in f32 straight from the GEMM,
+    // added into .grad (accumulate_weight_grad); anything else gets it returned in its dtype.
     if (needs_input_grad(1)) {
-      gw = Tensor::empty(w.shape(), w.dtype(), w.device());
-      gemm(gw, g, x2, mm(out, in, rows, true, false)); // g^T · x
+      const GemmShape s = mm(out, in, rows, true, false); // g^T · x
+      auto write = [&](Tensor& acc, float beta) { gemm(acc, g, x2, s, beta); };
+      if (!accumulate_weight_grad(next_edges[1], write)) {
+        gw = Tensor::empty(w.shape(), w.dtype(), w.device());
+        write(gw, 0.f);
+      }
     }
-    if (has_bias && needs_input_grad(2)) gbias = sum(g, {0});
+    if (has_bias && needs_input_grad(2)) {
+      // The column sums of g as the product ones[1, rows] · g, so that they too reach .grad
+      // unrounded.
+      auto write = [&](Tensor& acc, float beta) {
+        gemm(acc, Tensor::ones({rows}, g.dtype(), g.device()), g, mm(1, out, rows), beta);
+      };
+      if (!accumulate_weight_grad(next_edges[2], write)) gbias = sum(g, {0});
+    }
     return {gx, gw, gbias};
   }
   void release() override { x2 = w = Tensor(); }
