@@ -101,7 +101,29 @@ bool take_device_error(int device, DeviceError* error);
 
 // Call after every kernel launch: throws naming `op` if the launch failed. With VLM_SYNC=1 in
 // the environment it also synchronizes the device, so an asynchronous fault is reported at the
-// op that caused it rather than at some later call.
+// op that caused it rather than at some later call. It also counts the launch (below): every
+// launcher under kernels/cuda calls it once per launch it makes (a library routine that launches
+// several kernels, e.g. cub's radix sort, counts as one).
 void check_last_launch(const char* op);
+
+// --- launch and synchronization counters ---------------------------------------------------------
+// Process-wide counts (all devices and threads; relaxed atomics, so cheap enough to stay on) of
+// what the host asks of the GPUs, for tests and benchmarks that bound the launches and host
+// synchronizations of a training step. A build without CUDA always reports zeros.
+struct LaunchCounts {
+  uint64_t kernels = 0;       // kernel launches (check_last_launch calls)
+  uint64_t library_calls = 0; // cuBLASLt / cuDNN calls reported by count_library_call
+  uint64_t h2d_copies = 0;    // memcpy_h2d calls (pinned or pageable source)
+  uint64_t d2h_copies = 0;    // memcpy_d2h calls: host reads of device memory
+  uint64_t syncs = 0;         // stream_synchronize, event_synchronize, device_synchronize
+};
+LaunchCounts launch_counts();
+void reset_launch_counts();
+// The kernel launches alone (launch_counts().kernels) and their reset (resets every counter).
+uint64_t kernel_launch_count();
+void reset_kernel_launch_count();
+// Called by the wrappers of library calls that enqueue GPU work (a cuBLASLt matmul, a cuDNN graph
+// execution): counted apart from kernel launches.
+void count_library_call();
 
 } // namespace vlm::kernels::cuda

@@ -47,6 +47,11 @@ float event_elapsed_ms(void*, void*) { no_cuda("event_elapsed_ms"); }
 double peak_bf16_tflops(int) { return 0; }
 bool take_device_error(int, DeviceError*) { return false; }
 void check_last_launch(const char*) { no_cuda("check_last_launch"); }
+LaunchCounts launch_counts() { return {}; }
+void reset_launch_counts() {}
+uint64_t kernel_launch_count() { return 0; }
+void reset_kernel_launch_count() {}
+void count_library_call() {}
 void gemm_release_stream(void*) { no_cuda("gemm_release_stream"); }
 
 bool nccl_built() { return false; }

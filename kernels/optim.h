@@ -1,5 +1,5 @@
 // Optimizer kernels: the fused AdamW update and the blocked sum of squares behind global-norm
-// gradient clipping.
+// gradient clipping (CPU: one tensor at a time; CUDA: multi-tensor, norm and clip on the device).
 #pragma once
 
 #include <cstdint>
@@ -69,14 +69,42 @@ struct AdamWTensor {
 template <typename T, typename G>
 void adamw_multi_step(const AdamWTensor* tensors, int64_t count, void* stream);
 
-// Number of fp64 partials sum_squares_partials writes for n elements (a function of n only).
-int64_t sum_squares_num_partials(int64_t n);
-// partials[0, sum_squares_num_partials(n)) (=): fixed-size element blocks, each squared and
-// summed in fp64 by a fixed tree. T = float or bf16.
-template <typename T>
-void sum_squares_partials(double* partials, const T* x, int64_t n, void* stream);
-// *out (=) = sum of partials[0, n) in fp64 by one block's fixed tree (deterministic).
-void sum_doubles(double* out, const double* partials, int64_t n, void* stream);
+// --- multi-tensor gradient norm and clipping --------------------------------------------------
+// A list of gradients handled by a handful of launches, whatever its length: the descriptor table
+// (pointer, length, dtype of up to kGradSpansPerLaunch tensors) travels in the kernel parameters
+// (a __grid_constant__ struct of ~26 KB, allowed since CUDA 12.1 on sm_70+), so there is no
+// upload, no host buffer to keep alive and nothing to cache; a longer list takes one more launch
+// per kGradSpansPerLaunch tensors. Every block task is one fixed chunk of one tensor.
+
+// One gradient: n contiguous f32 or bf16 elements on the current device.
+struct GradSpan {
+  void* data = nullptr;
+  int64_t n = 0;
+  bool bf16 = false; // else f32
+};
+
+constexpr int64_t kGradSpansPerLaunch = 1024; // tensors per launch of the multi-tensor kernels
+constexpr int64_t kGradNormChunk = 32768;     // elements per fp64 partial (one block task)
+
+// Number of fp64 partials multi_sum_squares needs: the sum over the tensors of
+// ceil(n / kGradNormChunk) (a function of the sizes only).
+int64_t multi_sum_squares_num_partials(const GradSpan* tensors, int64_t count);
+
+// out[0] (=) the sum of x^2 over every element of every tensor, in fp64 and deterministic: each
+// chunk's squares summed by a fixed tree into partials[0, num_partials) (in list order), then one
+// block adds the partials in a fixed order (no atomics). out[1] (=) the clip coefficient
+// min(1, max_norm / (sqrt(out[0]) + 1e-6)) in fp64 (optim::clip_coefficient's arithmetic), or 1
+// when max_norm <= 0 or out[0] is not finite. Both stay on the device (nothing synchronizes).
+// Launches: ceil(count / kGradSpansPerLaunch) + 1.
+void multi_sum_squares(double* out, double* partials, const GradSpan* tensors, int64_t count,
+                       double max_norm, void* stream);
+
+// x *= c for every element of every tensor, as scale_ does on CUDA (fp32 c = float(coef) times
+// the element, rounded to nearest even for bf16). With coef_device (a device fp64 scalar, e.g.
+// multi_sum_squares' out + 1) c is read on the device and nothing is written unless c < 1 (not for
+// 1 or NaN); without it c = coef_host, always applied. Launches: ceil(count / kGradSpansPerLaunch).
+void multi_scale(const GradSpan* tensors, int64_t count, const double* coef_device,
+                 double coef_host, void* stream);
 
 } // namespace cuda
 } // namespace vlm::kernels

@@ -127,7 +127,7 @@ Batch to_device(const Batch& b, Device device) {
   out.cu_seqlens = b.cu_seqlens.to(Device::cpu());
   auto move = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
   out.pixel_values = move(b.pixel_values);
-  out.image_grid_thw = move(b.image_grid_thw);
+  if (b.image_grid_thw.defined()) out.image_grid_thw = b.image_grid_thw.to(Device::cpu());
   if (device.is_cpu()) {
     auto ids = [](const Tensor& t) { return t.to(Device::cpu()).to(DType::i64); };
     out.input_ids = ids(b.input_ids);
@@ -154,6 +154,7 @@ Batch to_device(const Batch& b, Device device) {
     return reshape(slice(on_device, 0, offsets[i], offsets[i + 1]), shape);
   };
   out.input_ids = part(0, {T});
+  out.host_input_ids = reshape(slice(staging, 0, 0, T), {T}); // the pinned copy, already i64
   out.position_ids = part(1, b.position_ids.shape());
   if (has_targets) out.targets = part(2, {T});
   return out;

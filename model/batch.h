@@ -25,7 +25,11 @@ struct Batch {
   // Vision inputs (VLMs): [patches, channels · temporal_patch · patch²] f32 and [images, 3] i64
   // (t, h, w in patches per image). Undefined for text.
   Tensor pixel_values;
-  Tensor image_grid_thw;
+  Tensor image_grid_thw; // read on the host only: to_device keeps it on the CPU
+  // [T] i64 on the CPU: input_ids as the host had them before to_device moved them to a GPU, for
+  // what only the host reads (the image placeholder positions) without a read-back. Undefined
+  // when input_ids are on the CPU.
+  Tensor host_input_ids;
   // Incremental decoding (model/kv_cache.h): the batch is one document continuing the cached
   // tokens (position ids included), and the forward extends the cache. Null when training.
   KVCache* kv_cache = nullptr;
@@ -52,8 +56,9 @@ void validate_batch(const Batch& batch, int64_t vocab_size);
 
 // The batch for a model on `device`: input ids, targets (optional) and position ids as i64, on a
 // GPU in one asynchronous copy from a pinned staging buffer (Tensor::empty_pinned); cu_seqlens
-// stays on the CPU, where attention reads its offsets without a synchronization; num_targets is
-// set (0 without targets). Vision inputs, when present, are moved as they are.
+// stays on the CPU, where attention reads its offsets without a synchronization, and so do
+// image_grid_thw and a host copy of the ids (host_input_ids); num_targets is set (0 without
+// targets). Pixel values, when present, are moved as they are.
 Batch to_device(const Batch& batch, Device device);
 
 } // namespace vlm::model

@@ -232,6 +232,7 @@ void gemm(void* c, GemmType c_type, const void* a, const void* b, GemmType ab_ty
   cublasStatus_t st = cublasLtMatmul(ctx.handle, plan.desc, &alpha, b, plan.layout_a, a,
                                      plan.layout_b, &beta, c, plan.layout_c, c, plan.layout_c,
                                      &plan.algo, ctx.workspace, kWorkspaceBytes, s);
+  count_library_call(); // the launch counters (kernels/gpu_runtime.h)
   if (st != CUBLAS_STATUS_SUCCESS)
     VLM_FAIL("cuBLASLt matmul failed for gemm ", describe(key), ": ", cublasGetStatusString(st));
 }

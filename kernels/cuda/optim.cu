@@ -1,9 +1,10 @@
-// AdamW (single- and multi-tensor) and the sum of squares for gradient clipping on the GPU,
-// declared in kernels/optim.h. AdamW is written with the _rn intrinsics so that nvcc contracts
-// nothing into an FMA: every element gets exactly the CPU kernel's fp32 operations (IEEE division
-// and square root).
+// AdamW (single- and multi-tensor) and the multi-tensor sum of squares and scaling behind
+// gradient clipping on the GPU, declared in kernels/optim.h. AdamW is written with the _rn
+// intrinsics so that nvcc contracts nothing into an FMA: every element gets exactly the CPU
+// kernel's fp32 operations (IEEE division and square root).
 #include "kernels/optim.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cuda/check.cuh"
@@ -16,8 +17,7 @@ namespace {
 using namespace ldst;
 
 constexpr int kThreads = 256;
-constexpr int64_t kSquaresBlock = 16384; // elements per fp64 partial
-constexpr int64_t kMultiChunk = 32768;   // elements per block task of the multi-tensor kernel
+constexpr int64_t kMultiChunk = 32768; // elements per block task of the multi-tensor kernel
 
 struct AdamWScalars {
   float decay, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps;
@@ -108,31 +108,173 @@ __device__ double block_sum(double v, double* smem) {
   return smem[0];
 }
 
+// The descriptor table of one multi-tensor launch, passed by value in the kernel parameters
+// (__grid_constant__: read from the constant bank, never copied per thread).
+struct SpanTable {
+  int64_t count;
+  int64_t first_task[kGradSpansPerLaunch + 1]; // prefix sums of the chunk counts; [count] = tasks
+  const void* data[kGradSpansPerLaunch];
+  int64_t n[kGradSpansPerLaunch];
+  uint8_t bf16[kGradSpansPerLaunch];
+};
+static_assert(sizeof(SpanTable) <= 32000, "kernel parameters are limited to 32764 bytes");
+
+// The tensor of block task `task`: the last k with first_task[k] <= task (uniform per block).
+__device__ __forceinline__ int64_t span_of(const SpanTable& t, int64_t task) {
+  int64_t lo = 0, hi = t.count - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (t.first_task[mid] <= task)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ bool is_aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Sum of x[i]^2 (fp64) over [begin, end) of one thread's share of a chunk: 16-byte loads when the
+// tensor is 16-byte aligned (chunks start at multiples of kGradNormChunk, so every full pack of a
+// chunk is aligned), the rest one element at a time. The order is a function of the launch shape.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    squares_kernel(double* partials, const T* x, int64_t n, int64_t num_partials) {
-  __shared__ double smem[kThreads];
-  for (int64_t b = blockIdx.x; b < num_partials; b += gridDim.x) {
-    const int64_t begin = b * kSquaresBlock;
-    const int64_t end = begin + kSquaresBlock < n ? begin + kSquaresBlock : n;
-    double s = 0;
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      const double v = double(ld(x + i));
-      s += v * v;
+__device__ __forceinline__ double chunk_squares(const T* x, int64_t begin, int64_t end) {
+  constexpr int N = 16 / int(sizeof(T));
+  double s = 0;
+  int64_t i = begin;
+  if (is_aligned16(x)) {
+    const int64_t packs = (end - begin) / N;
+    const auto* p = reinterpret_cast<const Pack<T, N>*>(x + begin);
+    for (int64_t v = threadIdx.x; v < packs; v += blockDim.x) {
+      const Pack<T, N> pk = p[v];
+#pragma unroll
+      for (int k = 0; k < N; k++) {
+        const double e = double(ld(&pk.v[k]));
+        s += e * e;
+      }
     }
+    i = begin + packs * N;
+  }
+  for (i += threadIdx.x; i < end; i += blockDim.x) {
+    const double e = double(ld(x + i));
+    s += e * e;
+  }
+  return s;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    multi_squares_kernel(const __grid_constant__ SpanTable t, double* partials) {
+  __shared__ double smem[kThreads];
+  const int64_t tasks = t.first_task[t.count];
+  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const int64_t k = span_of(t, task);
+    const int64_t begin = (task - t.first_task[k]) * kGradNormChunk;
+    const int64_t end = begin + kGradNormChunk < t.n[k] ? begin + kGradNormChunk : t.n[k];
+    const double s = t.bf16[k]
+                         ? chunk_squares(static_cast<const __nv_bfloat16*>(t.data[k]), begin, end)
+                         : chunk_squares(static_cast<const float*>(t.data[k]), begin, end);
     const double total = block_sum(s, smem);
-    if (threadIdx.x == 0) partials[b] = total;
-    __syncthreads(); // smem is reused by the next partial
+    if (threadIdx.x == 0) partials[task] = total;
+    __syncthreads(); // smem is reused by the next task
   }
 }
 
+// out[0] = the partials' sum (one block, fixed order), out[1] = the clip coefficient.
 __global__ void __launch_bounds__(1024)
-    sum_doubles_kernel(double* out, const double* v, int64_t n) {
+    finish_norm_kernel(double* out, const double* partials, int64_t n, double max_norm) {
   __shared__ double smem[1024];
   double s = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += v[i];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
   const double total = block_sum(s, smem);
-  if (threadIdx.x == 0) *out = total;
+  if (threadIdx.x == 0) {
+    double coef = 1.0;
+    if (max_norm > 0 && isfinite(total)) {
+      // optim::clip_coefficient: min(1, max_norm / (sqrt(total) + 1e-6)), IEEE fp64 throughout.
+      coef = __ddiv_rn(max_norm, __dadd_rn(__dsqrt_rn(total), 1e-6));
+      if (!(coef < 1.0)) coef = 1.0;
+    }
+    out[0] = total;
+    out[1] = coef;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void chunk_scale(T* x, int64_t begin, int64_t end, float c) {
+  constexpr int N = 16 / int(sizeof(T));
+  int64_t i = begin;
+  if (is_aligned16(x)) {
+    const int64_t packs = (end - begin) / N;
+    auto* p = reinterpret_cast<Pack<T, N>*>(x + begin);
+    for (int64_t v = threadIdx.x; v < packs; v += blockDim.x) {
+      Pack<T, N> pk = p[v];
+#pragma unroll
+      for (int k = 0; k < N; k++) st(&pk.v[k], __fmaf_rn(c, ld(&pk.v[k]), 0.0f));
+      p[v] = pk;
+    }
+    i = begin + packs * N;
+  }
+  for (i += threadIdx.x; i < end; i += blockDim.x) st(x + i, __fmaf_rn(c, ld(x + i), 0.0f));
+}
+
+__global__ void __launch_bounds__(kThreads)
+    multi_scale_kernel(const __grid_constant__ SpanTable t, const double* coef_device,
+                       double coef_host) {
+  double coef = coef_host;
+  if (coef_device) {
+    coef = *coef_device;
+    if (!(coef < 1.0)) return; // no clipping needed (or a NaN): leave the gradients alone
+  }
+  // scale_'s arithmetic on CUDA (kernels/cuda/elementwise.cu AffineF: alpha * x + 0, contracted).
+  const float c = float(coef);
+  const int64_t tasks = t.first_task[t.count];
+  for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const int64_t k = span_of(t, task);
+    const int64_t begin = (task - t.first_task[k]) * kGradNormChunk;
+    const int64_t end = begin + kGradNormChunk < t.n[k] ? begin + kGradNormChunk : t.n[k];
+    if (t.bf16[k])
+      chunk_scale(static_cast<__nv_bfloat16*>(const_cast<void*>(t.data[k])), begin, end, c);
+    else
+      chunk_scale(static_cast<float*>(const_cast<void*>(t.data[k])), begin, end, c);
+  }
+}
+
+// Blocks of a multi-tensor launch: one per task up to what fills any GPU several times over; a
+// block loops over the tasks after its own (the partial of a task does not depend on which block
+// computed it).
+constexpr int64_t kMaxMultiBlocks = 4096;
+
+// Splits `tensors` (empty ones dropped) into tables of at most kGradSpansPerLaunch and calls
+// launch(table, first partial of the table) for each, in order.
+template <typename F> void for_each_table(const GradSpan* tensors, int64_t count, F&& launch) {
+  SpanTable t;
+  t.count = 0;
+  t.first_task[0] = 0;
+  int64_t base = 0;
+  auto flush = [&] {
+    if (t.count == 0) return;
+    launch(t, base);
+    base += t.first_task[t.count];
+    t.count = 0;
+  };
+  for (int64_t k = 0; k < count; k++) {
+    const GradSpan& g = tensors[k];
+    if (g.n <= 0) continue;
+    VLM_CHECK(g.data != nullptr, "multi-tensor gradient kernels: tensor ", k, " of ", count,
+              " has ", g.n, " elements but no data");
+    const int64_t i = t.count++;
+    t.data[i] = g.data;
+    t.n[i] = g.n;
+    t.bf16[i] = g.bf16 ? 1 : 0;
+    t.first_task[i + 1] = t.first_task[i] + (g.n + kGradNormChunk - 1) / kGradNormChunk;
+    if (t.count == kGradSpansPerLaunch) flush();
+  }
+  flush();
+}
+
+unsigned multi_blocks(const SpanTable& t) {
+  return unsigned(std::min<int64_t>(t.first_task[t.count], kMaxMultiBlocks));
 }
 
 } // namespace
@@ -173,20 +315,34 @@ void adamw_multi_step(const AdamWTensor* tensors, int64_t count, void* stream) {
   free_async(d_descs, s);
 }
 
-int64_t sum_squares_num_partials(int64_t n) { return (n + kSquaresBlock - 1) / kSquaresBlock; }
-
-template <typename T>
-void sum_squares_partials(double* partials, const T* x, int64_t n, void* stream) {
-  const int64_t np = sum_squares_num_partials(n);
-  if (np == 0) return;
-  squares_kernel<cuda_t<T>>
-      <<<grid_blocks(np, 1), kThreads, 0, as_stream(stream)>>>(partials, dptr(x), n, np);
-  check_last_launch("sum_squares");
+int64_t multi_sum_squares_num_partials(const GradSpan* tensors, int64_t count) {
+  int64_t total = 0;
+  for (int64_t k = 0; k < count; k++)
+    if (tensors[k].n > 0) total += (tensors[k].n + kGradNormChunk - 1) / kGradNormChunk;
+  return total;
 }
 
-void sum_doubles(double* out, const double* partials, int64_t n, void* stream) {
-  sum_doubles_kernel<<<1, 1024, 0, as_stream(stream)>>>(out, partials, n);
-  check_last_launch("sum_doubles");
+void multi_sum_squares(double* out, double* partials, const GradSpan* tensors, int64_t count,
+                       double max_norm, void* stream) {
+  cudaStream_t s = as_stream(stream);
+  int64_t total = 0;
+  for_each_table(tensors, count, [&](const SpanTable& t, int64_t base) {
+    multi_squares_kernel<<<multi_blocks(t), kThreads, 0, s>>>(t, partials + base);
+    check_last_launch("grad_norm (multi-tensor sum of squares)");
+    total = base + t.first_task[t.count];
+  });
+  // Also with no element at all: out = {0, 1}.
+  finish_norm_kernel<<<1, 1024, 0, s>>>(out, partials, total, max_norm);
+  check_last_launch("grad_norm (partials)");
+}
+
+void multi_scale(const GradSpan* tensors, int64_t count, const double* coef_device,
+                 double coef_host, void* stream) {
+  cudaStream_t s = as_stream(stream);
+  for_each_table(tensors, count, [&](const SpanTable& t, int64_t) {
+    multi_scale_kernel<<<multi_blocks(t), kThreads, 0, s>>>(t, coef_device, coef_host);
+    check_last_launch("clip (multi-tensor scale)");
+  });
 }
 
 template void adamw_step<float, float, float>(float*, float*, const float*, float*, float*, int64_t,
@@ -198,7 +354,5 @@ template void adamw_step<vlm::bf16, float, float>(vlm::bf16*, float*, const floa
 template void adamw_multi_step<float, float>(const AdamWTensor*, int64_t, void*);
 template void adamw_multi_step<vlm::bf16, vlm::bf16>(const AdamWTensor*, int64_t, void*);
 template void adamw_multi_step<vlm::bf16, float>(const AdamWTensor*, int64_t, void*);
-template void sum_squares_partials<float>(double*, const float*, int64_t, void*);
-template void sum_squares_partials<vlm::bf16>(double*, const vlm::bf16*, int64_t, void*);
 
 } // namespace vlm::kernels::cuda

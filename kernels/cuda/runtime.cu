@@ -104,7 +104,38 @@ cudaMemPool_t cached_pool(int dev) {
 
 double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
 
+// The counters of launch_counts().
+struct Counters {
+  std::atomic<uint64_t> kernels{0}, library_calls{0}, h2d{0}, d2h{0}, syncs{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+void bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
 } // namespace
+
+LaunchCounts launch_counts() {
+  Counters& c = counters();
+  LaunchCounts r;
+  r.kernels = c.kernels.load(std::memory_order_relaxed);
+  r.library_calls = c.library_calls.load(std::memory_order_relaxed);
+  r.h2d_copies = c.h2d.load(std::memory_order_relaxed);
+  r.d2h_copies = c.d2h.load(std::memory_order_relaxed);
+  r.syncs = c.syncs.load(std::memory_order_relaxed);
+  return r;
+}
+
+void reset_launch_counts() {
+  Counters& c = counters();
+  for (auto* a : {&c.kernels, &c.library_calls, &c.h2d, &c.d2h, &c.syncs})
+    a->store(0, std::memory_order_relaxed);
+}
+
+uint64_t kernel_launch_count() { return counters().kernels.load(std::memory_order_relaxed); }
+void reset_kernel_launch_count() { reset_launch_counts(); }
+void count_library_call() { bump(counters().library_calls); }
 
 int device_count() { return probe().count; }
 
@@ -145,9 +176,15 @@ int current_device() {
   return dev;
 }
 
-void device_synchronize() { VLM_CUDA_CHECK(cudaDeviceSynchronize()); }
+void device_synchronize() {
+  bump(counters().syncs);
+  VLM_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
-void stream_synchronize(void* stream) { VLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); }
+void stream_synchronize(void* stream) {
+  bump(counters().syncs);
+  VLM_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+}
 
 void* malloc_async(size_t bytes, void* stream) {
   if (bytes == 0) return nullptr;
@@ -189,11 +226,13 @@ void memset_async(void* p, int value, size_t bytes, void* stream) {
 }
 
 void memcpy_h2d(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes) bump(counters().h2d);
   if (bytes)
     VLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
 }
 
 void memcpy_d2h(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes) bump(counters().d2h);
   if (bytes)
     VLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
 }
@@ -239,6 +278,7 @@ bool event_done(void* event) {
 }
 
 void event_synchronize(void* event) {
+  bump(counters().syncs);
   VLM_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 
@@ -264,6 +304,7 @@ double peak_bf16_tflops(int device) {
 }
 
 void check_last_launch(const char* op) {
+  bump(counters().kernels);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) VLM_FAIL("CUDA error launching ", op, ": ", cudaGetErrorString(e));
   // Read once: this runs after every launch.

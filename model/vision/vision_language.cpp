@@ -136,7 +136,9 @@ FusedEmbeddings fuse_image_features(const VisionTower& tower, const Tensor& toke
                                     const char* who) {
   const Device device = b.input_ids.device();
   // The image placeholder positions, in order.
-  const std::vector<int64_t> ids = host_ints(b.input_ids);
+  // The host copy when the batch has one (to_device): no read-back of the device ids.
+  const std::vector<int64_t> ids =
+      host_ints(b.host_input_ids.defined() ? b.host_input_ids : b.input_ids);
   std::vector<int64_t> image_pos;
   std::vector<double> keep(ids.size(), 1.0);
   for (size_t t = 0; t < ids.size(); t++)

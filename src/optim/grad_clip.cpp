@@ -14,64 +14,78 @@ namespace vlm::optim {
 
 namespace {
 
-// Sum of squares of every CUDA gradient of one device: each tensor writes its fixed-block fp64
-// partials into one device buffer, one kernel adds them in order, one copy brings the total back:
-// the single synchronization of the step (on the device's current stream; it also throws any
-// deferred device error). Deterministic: no atomics anywhere.
-double cuda_sum_squares(const std::vector<Tensor>& grads) {
-  if (grads.empty()) return 0.0;
+// The CUDA kernels' descriptor of a gradient (contiguous, f32 or bf16).
+kernels::cuda::GradSpan span_of(const Tensor& g) {
+  VLM_CHECK(g.dtype() == DType::f32 || g.dtype() == DType::bf16,
+            "grad_norm: CUDA gradients must be f32 or bf16, got ", g.desc(),
+            " (f64 runs on CPU only)");
+  VLM_CHECK(g.is_contiguous(), "grad_norm: the gradient must be contiguous, got ", g.desc());
+  return {g.data_ptr(), g.numel(), g.dtype() == DType::bf16};
+}
+
+// {sum of squares, clip coefficient} of the gradients of one CUDA device, on that device: the
+// multi-tensor kernels (kernels/optim.h), nothing synchronizes. The partials' buffer goes back to
+// the stream-ordered pool when this returns (after the kernels that use it, in stream order).
+Tensor cuda_norm_and_coef(const std::vector<Tensor>& grads, double max_norm) {
   const Device device = grads[0].device();
-  return dispatch_device(
-      "grad_norm_squared", device, [] { return 0.0; },
+  std::vector<kernels::cuda::GradSpan> spans;
+  spans.reserve(grads.size());
+  for (const auto& g : grads) spans.push_back(span_of(g));
+  Tensor out = Tensor::empty({2}, DType::f64, device);
+  const int64_t np =
+      kernels::cuda::multi_sum_squares_num_partials(spans.data(), int64_t(spans.size()));
+  Tensor partials = Tensor::empty({std::max<int64_t>(np, 1)}, DType::f64, device);
+  dispatch_device(
+      "grad_norm", device, [] {},
       [&](auto stream) {
-        int64_t total_partials = 0;
-        for (const auto& g : grads)
-          total_partials += kernels::cuda::sum_squares_num_partials(g.numel());
-        if (total_partials == 0) return 0.0;
-        Tensor partials = Tensor::empty({total_partials + 1}, DType::f64, device);
-        double* base = partials.data<double>();
-        int64_t at = 0;
-        for (const auto& g : grads) {
-          dispatch(
-              "grad_norm_squared", device, g.dtype(), [](auto) {},
-              [&](auto t, void* s) {
-                using T = decltype(t);
-                kernels::cuda::sum_squares_partials<T>(base + at, g.data<T>(), g.numel(), s);
-              });
-          at += kernels::cuda::sum_squares_num_partials(g.numel());
-        }
-        kernels::cuda::sum_doubles(base + total_partials, base, total_partials, stream);
-        double total = 0;
-        kernels::cuda::memcpy_d2h(&total, base + total_partials, sizeof total, stream);
-        current_stream(device).synchronize();
-        return total;
+        kernels::cuda::multi_sum_squares(out.data<double>(), partials.data<double>(), spans.data(),
+                                         int64_t(spans.size()), max_norm, stream);
       });
+  return out;
+}
+
+// Defined gradients grouped by device: CPU ones in list order first, then one group per CUDA
+// device in order of first appearance.
+struct GradsByDevice {
+  std::vector<Tensor> cpu;
+  std::vector<std::vector<Tensor>> cuda;
+};
+
+// Undefined parameters fail (the norm) or are skipped (scaling, make_contiguous = false).
+GradsByDevice group_grads(const std::vector<Tensor>& params, bool make_contiguous) {
+  GradsByDevice out;
+  for (const auto& p : params) {
+    VLM_CHECK(p.defined() || !make_contiguous, "grad_norm: undefined parameter in the list");
+    if (!p.defined()) continue;
+    if (!p.grad().defined()) continue;
+    const Tensor g = make_contiguous ? p.grad().contiguous() : p.grad();
+    if (!g.device().is_cuda()) {
+      out.cpu.push_back(g);
+      continue;
+    }
+    auto it = std::find_if(out.cuda.begin(), out.cuda.end(),
+                           [&](const auto& v) { return v[0].device() == g.device(); });
+    if (it == out.cuda.end())
+      out.cuda.push_back({g});
+    else
+      it->push_back(g);
+  }
+  return out;
 }
 
 } // namespace
 
 double grad_norm_squared(const std::vector<Tensor>& params) {
-  // CPU gradients in list order, then the CUDA ones (per device, in order of first appearance).
+  // CPU gradients in list order, then the CUDA ones (per device, in order of first appearance):
+  // one host read per device.
+  const GradsByDevice grads = group_grads(params, true);
   double total = 0;
-  std::vector<std::vector<Tensor>> cuda_grads; // grouped by device
-  for (const auto& p : params) {
-    VLM_CHECK(p.defined(), "grad_norm_squared: undefined parameter in the list");
-    if (!p.grad().defined()) continue;
-    const Tensor g = p.grad().contiguous();
-    if (g.device().is_cuda()) {
-      auto it = std::find_if(cuda_grads.begin(), cuda_grads.end(),
-                             [&](const auto& v) { return v[0].device() == g.device(); });
-      if (it == cuda_grads.end())
-        cuda_grads.push_back({g});
-      else
-        it->push_back(g);
-      continue;
-    }
+  for (const Tensor& g : grads.cpu)
     total += VLM_DISPATCH_FLOAT(g.dtype(), "grad_norm_squared", T, [&] {
       return kernels::cpu::sum_squares<T>(g.data<T>(), g.numel());
     });
-  }
-  for (const auto& grads : cuda_grads) total += cuda_sum_squares(grads);
+  for (const auto& on_device : grads.cuda)
+    total += cuda_norm_and_coef(on_device, 0.0).to_doubles()[0];
   return total;
 }
 
@@ -85,12 +99,20 @@ double clip_coefficient(double total_norm, double max_norm) {
 
 void scale_grads(const std::vector<Tensor>& params, double coef) {
   NoGradGuard no_grad;
-  for (const auto& p : params) {
-    if (!p.defined() || !p.grad().defined()) continue;
-    Tensor g = p.grad(); // a handle on the same storage
-    VLM_CHECK(g.is_contiguous(), "scale_grads: the gradient of '", p.name(),
-              "' must be contiguous, got ", g.desc());
-    scale_(g, coef);
+  for (const auto& p : params)
+    if (p.defined() && p.grad().defined())
+      VLM_CHECK(p.grad().is_contiguous(), "scale_grads: the gradient of '", p.name(),
+                "' must be contiguous, got ", p.grad().desc());
+  const GradsByDevice grads = group_grads(params, false); // handles on the gradients' storage
+  for (Tensor g : grads.cpu) scale_(g, coef);
+  for (const auto& on_device : grads.cuda) { // one launch per 1024 tensors
+    std::vector<kernels::cuda::GradSpan> spans;
+    for (const auto& g : on_device) spans.push_back(span_of(g));
+    dispatch_device(
+        "scale_grads", on_device[0].device(), [] {},
+        [&](auto stream) {
+          kernels::cuda::multi_scale(spans.data(), int64_t(spans.size()), nullptr, coef, stream);
+        });
   }
 }
 
@@ -102,6 +124,34 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const double coef = clip_coefficient(total, max_norm);
   if (coef < 1.0) scale_grads(params, coef);
   return total;
+}
+
+Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm) {
+  for (const auto& p : params) VLM_CHECK(p.defined(), "grad_norm: undefined parameter in the list");
+  const GradsByDevice grads = group_grads(params, false);
+  if (grads.cpu.empty() && grads.cuda.size() == 1) {
+    const std::vector<Tensor>& on_device = grads.cuda[0];
+    Tensor out = cuda_norm_and_coef(on_device, max_norm);
+    if (max_norm > 0) {
+      std::vector<kernels::cuda::GradSpan> spans;
+      for (const auto& g : on_device) spans.push_back(span_of(g));
+      const double* coef = out.data<double>() + 1;
+      dispatch_device(
+          "clip_grad_norm", out.device(), [] {},
+          [&](auto stream) {
+            kernels::cuda::multi_scale(spans.data(), int64_t(spans.size()), coef, 1.0, stream);
+          });
+    }
+    return out;
+  }
+  // The CPU (the reference), or several devices: on the host.
+  const double norm_sq = grad_norm_squared(params);
+  double coef = 1.0;
+  if (max_norm > 0 && std::isfinite(norm_sq)) {
+    coef = clip_coefficient(std::sqrt(norm_sq), max_norm);
+    if (coef < 1.0) scale_grads(params, coef);
+  }
+  return Tensor::from_vector(std::vector<double>{norm_sq, coef}, {2});
 }
 
 } // namespace vlm::optim

@@ -3,8 +3,10 @@
 //   total = sqrt(sum over params of sum(grad^2)),  coef = min(1, max_norm / (total + 1e-6)).
 // The sum is accumulated in double over fixed blocks and in the given parameter order, so it is
 // bit-identical run to run and for any thread count. Parameters without a .grad are skipped.
-// CUDA gradients (f32/bf16) are summed on their device (fixed-block fp64 partials added in
-// order, one launch per tensor, one host synchronization per device) after the CPU ones.
+// CUDA gradients (f32/bf16) are summed on their device by the multi-tensor kernels of
+// kernels/optim.h (fixed-chunk fp64 partials added in a fixed order: deterministic; two launches
+// for up to 1024 tensors, whatever their sizes) after the CPU ones, and scaled by one more launch.
+// clip_grad_norm_async keeps the norm on the device: clipping needs no host read at all.
 //
 // Distributed training splits clip_grad_norm into its pieces: each rank computes
 // grad_norm_squared over its shards, the sums are all-reduced, then scale_grads(clip_coefficient).
@@ -29,5 +31,16 @@ void scale_grads(const std::vector<Tensor>& params, double coef);
 // clip_coefficient. A non-finite norm (inf/NaN gradients) is returned as is and nothing is
 // scaled: the caller decides (the trainer skips the step and counts it).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// clip_grad_norm without a host read: returns a [2] f64 tensor {sum of squares of every defined
+// .grad, clip coefficient} on the gradients' device, and (max_norm > 0) scales the gradients by
+// the coefficient when it is below 1 — decided on the device when the gradients are on one CUDA
+// device (the coefficient is min(1, max_norm / (sqrt(sum) + 1e-6)); 1 when max_norm <= 0 or the
+// sum is not finite, and nothing is scaled then). On the CPU, or with gradients on several
+// devices, the same result is computed synchronously and returned on the CPU. With every gradient
+// on one CUDA device this is 3 launches for up to kernels::cuda::kGradSpansPerLaunch (1024)
+// tensors (2 without clipping) and no synchronization; read the result (to_doubles) once, when
+// the value is needed (logging, the non-finite check).
+Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm);
 
 } // namespace vlm::optim

@@ -53,6 +53,24 @@ bool decays(const TrainingOptions& t, model::ParamKind kind) {
   return true;
 }
 
+// The micro-batch losses [m] and clip_grad_norm_async's {norm², coefficient} read back together:
+// one f64 buffer on their device (a cast and a copy there), one device-to-host copy and one
+// synchronization. Returns m + 2 values.
+std::vector<double> read_step_scalars(const Tensor& losses, const Tensor& norm) {
+  NoGradGuard no_grad;
+  const int64_t m = losses.numel();
+  if (norm.device() != losses.device()) { // gradients not where the loss is: two reads
+    std::vector<double> v = losses.to_doubles();
+    for (double x : norm.to_doubles()) v.push_back(x);
+    return v;
+  }
+  Tensor all = Tensor::empty({m + 2}, DType::f64, losses.device());
+  Tensor head = slice(all, 0, 0, m), tail = slice(all, 0, m, m + 2);
+  copy_(head, losses);
+  copy_(tail, norm);
+  return all.to_doubles();
+}
+
 } // namespace
 
 void apply_freezing(const TrainConfig& config, model::CausalLM& model) {
@@ -136,21 +154,31 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
     affine(l, scale).backward();
     if (fsdp) fsdp->end_micro_step();
   }
-  double loss_sum = 0;
-  for (double l : losses.to_doubles()) loss_sum += l;
+  // The global norm, clipped to max_grad_norm (> 0), and the step's loss.
+  const double max_norm = config_.training.max_grad_norm;
+  double loss_sum = 0, norm_sq = 0;
+  if (!fsdp) {
+    // Norm and clipping stay on the device (optim::clip_grad_norm_async: the multi-tensor kernels,
+    // the clip coefficient computed there). Then the step's one host read: the micro-batch losses
+    // and the norm in one f64 buffer, one copy, one synchronization. Replicated gradients (one
+    // process, DDP) give every rank the same norm.
+    const Tensor norm = optim::clip_grad_norm_async(trainable_, max_norm);
+    const std::vector<double> v = read_step_scalars(losses, norm);
+    for (size_t i = 0; i < micro_batches.size(); i++) loss_sum += v[i];
+    norm_sq = v[micro_batches.size()];
+  } else {
+    // Sharded gradients: each rank's shards, summed over the shard group (replicas hold the same
+    // shards) before the coefficient can be known.
+    for (double l : losses.to_doubles()) loss_sum += l;
+    norm_sq = fsdp->shard_group().all_reduce_value(optim::grad_norm_squared(trainable_));
+    if (max_norm > 0 && std::isfinite(norm_sq)) {
+      const double coef = optim::clip_coefficient(std::sqrt(norm_sq), max_norm);
+      if (coef < 1.0) optim::scale_grads(trainable_, coef);
+    }
+  }
   if (parallel_.dp) loss_sum = parallel_.dp->all_reduce_value(loss_sum);
   s.loss = loss_sum * scale;
-
-  // The global norm: each rank's gradient shards, summed over the shard group (replicas hold the
-  // same shards).
-  double norm_sq = optim::grad_norm_squared(trainable_);
-  if (fsdp) norm_sq = fsdp->shard_group().all_reduce_value(norm_sq);
   s.grad_norm = std::sqrt(norm_sq);
-  const double max_norm = config_.training.max_grad_norm;
-  if (max_norm > 0 && std::isfinite(s.grad_norm)) {
-    const double coef = optim::clip_coefficient(s.grad_norm, max_norm);
-    if (coef < 1.0) optim::scale_grads(trainable_, coef);
-  }
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     std::string what = first_non_finite(s.loss);
     optimizer_->zero_grad();
@@ -175,13 +203,23 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
 
 std::pair<double, int64_t> TrainStepper::evaluate(const std::vector<model::Batch>& batches) const {
   NoGradGuard no_grad;
-  double loss_sum = 0;
+  // The loss sums stay on the device until all batches ran: one read.
+  std::vector<Tensor> sums;
   int64_t targets = 0;
   for (const auto& b : batches) {
     if (parallel_.fsdp) parallel_.fsdp->begin_micro_step(false, false);
-    loss_sum += model::lm_loss(*model_, b, Reduction::sum, loss_).item();
+    sums.push_back(model::lm_loss(*model_, b, Reduction::sum, loss_).detach());
     if (parallel_.fsdp) parallel_.fsdp->end_micro_step();
     targets += model::count_targets(b);
+  }
+  double loss_sum = 0;
+  if (!sums.empty()) {
+    Tensor all = Tensor::empty({int64_t(sums.size())}, DType::f64, sums[0].device());
+    for (size_t i = 0; i < sums.size(); i++) {
+      Tensor slot = slice(all, 0, int64_t(i), int64_t(i) + 1);
+      copy_(slot, reshape(sums[i], {1}));
+    }
+    for (double l : all.to_doubles()) loss_sum += l;
   }
   return {loss_sum, targets};
 }

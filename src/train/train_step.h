@@ -11,8 +11,17 @@
 // micro-batch mean by the micro-step count instead, which weights a short micro-batch's tokens
 // more (reference-trainer.md §1 #12). The logged loss is the same token mean.
 //
-// On CUDA the step reads the device twice: the micro-batch losses once, at the end (they stay on
-// the device until then), and the gradient norm once (for clipping).
+// On CUDA the step reads the device once (without FSDP): the micro-batch losses stay on the
+// device, the gradient norm is computed and the gradients clipped there by multi-tensor kernels
+// (optim::clip_grad_norm_async: the clip coefficient is computed on the device, so clipping needs
+// no host value), and both are read in one copy after clipping. That read comes before the
+// optimizer update rather than after it (deferred) on purpose: training.nan_policy decides on the
+// host whether the update happens (skip: no update, abort: throw before the weights change), and
+// AdamW's bias corrections count the applied updates on the host; deciding on the device would
+// need a device-side skip flag read by every AdamW kernel and device-side step counts. What it
+// costs is the gap while the host queues the update (a few multi-tensor launches) after the
+// backward pass has drained. With FSDP the norm's shard sums are all-reduced on the host (a
+// second read).
 //
 // Parameter groups (AdamW): by the model's param_role, the language model at lr_llm, the
 // vision-language merger at lr_mlp and the vision tower at lr_vit, each split into decay and

@@ -25,6 +25,7 @@
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
 #include "src/core/autograd.h"
+#include "src/core/ops/attention_cudnn.h"
 #include "src/core/ops/shape_ops.h"
 #include "src/demo/caption_eval.h"
 #include "src/train/batches.h"
@@ -253,6 +254,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
              model_->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
              t.total_steps, " steps on ", device_.str(), " of ", c.data.seq_len, "-token rows x ",
              t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
+  if (rank0() && device_.is_cuda()) log_info(ops_detail::attention_backend_summary(device_));
   if (shape.world() > 1) log_memory();
   train_start_seconds_ = now_seconds();
 }

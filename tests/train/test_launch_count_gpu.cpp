@@ -1,0 +1,158 @@
+// Kernel launches and host reads of one CUDA training step (TrainStepper::step: forward, backward,
+// norm + clip, AdamW), counted by kernels/gpu_runtime.h's launch counters, for the tiny Qwen3
+// preset (bf16 parameters with fp32 masters, f32 gradient accumulation, one micro-batch of two
+// packed documents) at 2 and 4 decoder layers: the difference gives the launches per layer, the
+// rest the fixed part (embedding, final norm, LM head + loss, norm + clip, AdamW). Printed so the
+// README can state them. The bounds:
+//   per layer <= 100 kernel launches (the static count of issue 34: ~17 forward + ~50 backward);
+//   fixed part <= 200;
+//   gradient norm + clipping: at most a handful (3 own launches for up to 1024 tensors);
+//   exactly one device-to-host copy and one synchronization per step (the losses and the norm,
+//   read together), and no other host read.
+// The counted step is the second (the first one runs every first-use self-check and plan).
+// Skips (exit 77) with the device query text when there is no CUDA device.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/gpu_runtime.h"
+#include "model/batch.h"
+#include "model/lm_loss.h"
+#include "model/model_spec.h"
+#include "src/base/rng.h"
+#include "src/core/stream.h"
+#include "src/optim/grad_clip.h"
+#include "src/train/config.h"
+#include "src/train/train_step.h"
+#include "tests/gpu_testing.h"
+
+using namespace vlm;
+using vlm::testing::kGpu;
+using vlm::testing::require_device;
+
+namespace {
+
+constexpr uint64_t kMaxPerLayer = 100;
+constexpr uint64_t kMaxFixed = 200;
+constexpr uint64_t kMaxClipLaunches = 5;
+
+train::TrainConfig step_config() {
+  train::TrainConfig c;
+  auto& t = c.training;
+  t.param_dtype = DType::bf16;
+  t.total_steps = 10;
+  t.warmup_steps = 0;
+  t.scheduler_type = optim::ScheduleType::constant;
+  t.lr_llm = 1e-3;
+  t.weight_decay = 0.01;
+  t.max_grad_norm = 1.0;
+  return c;
+}
+
+// Two packed documents of 40 and 24 tokens, random ids, every document's first label ignored.
+model::Batch make_batch(int64_t vocab) {
+  Rng rng(5);
+  const std::vector<int32_t> cu = {0, 40, 64};
+  std::vector<int64_t> ids, labels, pos;
+  for (size_t d = 0; d + 1 < cu.size(); d++)
+    for (int32_t t = cu[d]; t < cu[d + 1]; t++) {
+      ids.push_back(rng.randint(0, vocab));
+      labels.push_back(t == cu[d] ? -100 : ids.back());
+      pos.push_back(t - cu[d]);
+    }
+  const int64_t T = cu.back();
+  return model::to_device(
+      model::batch_from_labels(Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
+                               Tensor::from_vector(pos, {T}), Tensor::from_vector(cu, {3})),
+      kGpu);
+}
+
+struct StepCounts {
+  kernels::cuda::LaunchCounts step; // the second step
+  uint64_t clip_kernels = 0;        // clip_grad_norm_async over the trainable parameters
+  kernels::cuda::LaunchCounts clip;
+  size_t tensors = 0; // trainable parameters
+};
+
+kernels::cuda::LaunchCounts diff(const kernels::cuda::LaunchCounts& a,
+                                 const kernels::cuda::LaunchCounts& b) {
+  return {b.kernels - a.kernels, b.library_calls - a.library_calls, b.h2d_copies - a.h2d_copies,
+          b.d2h_copies - a.d2h_copies, b.syncs - a.syncs};
+}
+
+StepCounts count_step(int64_t layers) {
+  nlohmann::json config = model::preset_config("tiny");
+  config["num_hidden_layers"] = layers;
+  auto m = model::build_model(config, "tiny", DType::bf16);
+  Rng rng(1);
+  m->init_weights(rng);
+  m->to(kGpu);
+  const train::TrainConfig c = step_config();
+  train::TrainStepper stepper(c, m);
+  const std::vector<model::Batch> batch{make_batch(m->vocab_size())};
+  stepper.step(0, batch); // first use: self-checks, plans, pools
+  synchronize_device(kGpu);
+
+  StepCounts r;
+  const auto before = kernels::cuda::launch_counts();
+  const train::StepStats st = stepper.step(1, batch);
+  r.step = diff(before, kernels::cuda::launch_counts());
+  REQUIRE_FALSE(st.skipped);
+  REQUIRE(std::isfinite(st.loss));
+
+  // The norm + clip part alone, on this model's gradients.
+  model::lm_loss(*m, batch[0], Reduction::mean).backward();
+  r.tensors = stepper.trainable().size();
+  const auto c0 = kernels::cuda::launch_counts();
+  const Tensor norm = optim::clip_grad_norm_async(stepper.trainable(), 1.0);
+  r.clip = diff(c0, kernels::cuda::launch_counts());
+  REQUIRE(std::isfinite(norm.to_doubles()[0]));
+  stepper.optimizer().zero_grad();
+  return r;
+}
+
+void print(const char* what, const kernels::cuda::LaunchCounts& c) {
+  std::printf("%s: %llu kernel launches, %llu library calls, %llu H2D copies, %llu D2H copies, "
+              "%llu synchronizations\n",
+              what, (unsigned long long)c.kernels, (unsigned long long)c.library_calls,
+              (unsigned long long)c.h2d_copies, (unsigned long long)c.d2h_copies,
+              (unsigned long long)c.syncs);
+}
+
+} // namespace
+
+TEST_CASE("gpu launch count: one training step of the tiny Qwen3 stays within its launch bound",
+          "[gpu]") {
+  require_device();
+  const StepCounts two = count_step(2), four = count_step(4);
+  print("step, 2 layers", two.step);
+  print("step, 4 layers", four.step);
+  print("grad norm + clip (4 layers)", four.clip);
+  REQUIRE(four.step.kernels > two.step.kernels);
+  const uint64_t per_layer = (four.step.kernels - two.step.kernels) / 2;
+  const uint64_t fixed = two.step.kernels - 2 * per_layer;
+  const uint64_t lib_per_layer = (four.step.library_calls - two.step.library_calls) / 2;
+  std::printf("per layer: %llu kernel launches + %llu library calls; fixed part: %llu kernel "
+              "launches + %llu library calls; norm + clip of %zu tensors: %llu launches\n",
+              (unsigned long long)per_layer, (unsigned long long)lib_per_layer,
+              (unsigned long long)fixed,
+              (unsigned long long)(two.step.library_calls - 2 * lib_per_layer), four.tensors,
+              (unsigned long long)four.clip.kernels);
+  // The per-layer difference is exact: both depths run the same code per layer.
+  CHECK((four.step.kernels - two.step.kernels) % 2 == 0);
+  CHECK(per_layer <= kMaxPerLayer);
+  CHECK(fixed <= kMaxFixed);
+  CHECK(four.clip.kernels >= 3);
+  CHECK(four.clip.kernels <= kMaxClipLaunches);
+  CHECK(four.clip.d2h_copies == 0);
+  CHECK(four.clip.syncs == 0);
+  for (const StepCounts* s : {&two, &four}) {
+    CHECK(s->step.d2h_copies == 1); // the losses and the norm, together
+    CHECK(s->step.syncs == 1);
+  }
+}
