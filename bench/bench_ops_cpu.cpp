@@ -1,8 +1,9 @@
 // CPU op benchmark: GFLOP/s of matmul (linear), attention (forward and backward, causal, up to
 // 4096 tokens) and RMSNorm (forward and backward, GB/s next to a parallel copy of the same bytes)
-// at transformer-like shapes, and our linear() against a direct cblas_sgemm of the same shape in
-// the same run. bench/bench_ops_cpu.sh puts torch's
-// scaled_dot_product_attention on the same attention shapes next to it.
+// at transformer-like shapes, our linear() against a direct cblas_sgemm of the same shape in
+// the same run, and the fused add_rms_norm / rms_norm_rope ops against the primitive op
+// sequences they replace (forward + backward through autograd, f32). bench/bench_ops_cpu.sh puts
+// torch's scaled_dot_product_attention on the same attention shapes next to it.
 //   bench_ops_cpu [--quick]        (--quick: fewer shapes and runs; threads: OMP_NUM_THREADS /
 //                                   OPENBLAS_NUM_THREADS)
 #include <cblas.h>
@@ -20,6 +21,7 @@
 #include "src/core/ops.h"
 #include "src/core/ops/attention.h"
 #include "src/core/ops/norm.h"
+#include "src/core/ops/rope.h"
 
 using namespace vlm;
 
@@ -152,6 +154,76 @@ double bench_rms_norm(bool quick, int reps, Rng& rng) {
   return worst_norm;
 }
 
+// The fused ops against the primitive sequences they replace, forward and backward through
+// autograd on leaves (what a training step runs): residual add + RMSNorm at a decoder layer's
+// [tokens, hidden], q RMSNorm + RoPE at Qwen3's [tokens, 16 heads, 128].
+void bench_fused(bool quick, int reps, Rng& rng) {
+  EnableGradGuard grad;
+  const int64_t tokens = quick ? 512 : 2048, hidden = 2048, heads = 16, head_dim = 128;
+  auto report = [](const char* name, const char* shape, double fused, double prim) {
+    char extra[96];
+    std::snprintf(extra, sizeof extra, "primitive %.3f ms: speedup %.2fx", prim * 1e3,
+                  prim / fused);
+    std::printf("%-22s %-34s %9.3f ms %17s %s\n", name, shape, fused * 1e3, "", extra);
+  };
+  {
+    Tensor x = Tensor::randn({tokens, hidden}, rng), h = Tensor::randn({tokens, hidden}, rng);
+    Tensor w = Tensor::randn({hidden}, rng, DType::f32, 0.1, 1.0);
+    Tensor gs = Tensor::randn({tokens, hidden}, rng), gy = Tensor::randn({tokens, hidden}, rng);
+    auto leaves = [&] {
+      std::vector<Tensor> l;
+      for (const Tensor* t : {&x, &h, &w}) {
+        Tensor c = t->detach();
+        c.set_requires_grad(true);
+        l.push_back(c);
+      }
+      return l;
+    };
+    const double fused = median_seconds(reps, [&] {
+      auto l = leaves();
+      auto [s, y] = add_rms_norm(l[0], l[1], l[2], 1e-6);
+      run_backward({s, y}, {gs, gy});
+    });
+    const double prim = median_seconds(reps, [&] {
+      auto l = leaves();
+      Tensor s = add(l[0], l[1]);
+      Tensor y = rms_norm(s, l[2], 1e-6);
+      run_backward({s, y}, {gs, gy});
+    });
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "x,h[%lld,%lld] fwd+bwd", (long long)tokens,
+                  (long long)hidden);
+    report("add_rms_norm f32", shape, fused, prim);
+  }
+  {
+    Tensor q = Tensor::randn({tokens, heads, head_dim}, rng);
+    Tensor w = Tensor::randn({head_dim}, rng, DType::f32, 0.1, 1.0);
+    Tensor gy = Tensor::randn({tokens, heads, head_dim}, rng);
+    std::vector<int64_t> pos(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; t++) pos[size_t(t)] = t;
+    const RopeTables tables =
+        rope_tables(Tensor::from_vector(pos, {tokens}), head_dim, 1e6, DType::f32);
+    auto leaves = [&] {
+      Tensor a = q.detach(), b = w.detach();
+      a.set_requires_grad(true);
+      b.set_requires_grad(true);
+      return std::vector<Tensor>{a, b};
+    };
+    const double fused = median_seconds(reps, [&] {
+      auto l = leaves();
+      run_backward({rms_norm_rope(l[0], l[1], 1e-6, tables)}, {gy});
+    });
+    const double prim = median_seconds(reps, [&] {
+      auto l = leaves();
+      run_backward({rope(rms_norm(l[0], l[1], 1e-6), tables)}, {gy});
+    });
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "q[%lld,%lld,%lld] fwd+bwd", (long long)tokens,
+                  (long long)heads, (long long)head_dim);
+    report("rms_norm_rope f32", shape, fused, prim);
+  }
+}
+
 int run(bool quick) {
   int reps = quick ? 3 : 7;
   NoGradGuard no_grad;
@@ -160,6 +232,7 @@ int run(bool quick) {
   const double worst_ratio = bench_linear(quick, reps, rng);
   bench_attention(quick, reps, rng);
   const double worst_norm = bench_rms_norm(quick, reps, rng);
+  bench_fused(quick, reps, rng);
   std::printf("\nlinear vs cblas_sgemm, worst ratio: %.3f (target >= 0.95)\n", worst_ratio);
   std::printf("rms_norm vs copy bandwidth, worst ratio: %.2f (target >= 0.5)\n", worst_norm);
   return 0;

@@ -42,6 +42,18 @@ template <typename T>
 void rms_norm_gated_bwd(T* dx, T* dz, T* dw, const T* dy, const T* x, const T* z, const T* w,
                         const acc_t<T>* rstd, int64_t rows, int64_t dim);
 
+// Residual add + RMSNorm in one pass over the rows (a decoder layer's x1 = x + h, y = norm(x1)):
+// s = x + h rounded to T (=, the bits add() stores), then y and rstd exactly as rms_norm_fwd on s.
+template <typename T>
+void add_rms_norm_fwd(T* s, T* y, acc_t<T>* rstd, const T* x, const T* h, const T* w,
+                      RmsNormWeight mode, int64_t rows, int64_t dim, double eps);
+// The gradient of s, the common gradient of x and h (=): ds_in (the gradient reaching s from its
+// other uses; null: none) plus rms_norm_bwd's dx on s, the latter rounded to T first, as the
+// primitive graph sums two T gradients. dw (=) as rms_norm_bwd; either output may be null.
+template <typename T>
+void add_rms_norm_bwd(T* ds, T* dw, const T* ds_in, const T* dy, const T* s, const T* w,
+                      const acc_t<T>* rstd, RmsNormWeight mode, int64_t rows, int64_t dim);
+
 // LayerNorm with biased variance: y = (x - mean) * rstd ⊙ w + b in acc, rounded once (=); w and
 // b may be null (no scale / no shift). mean[r] and rstd[r] (=).
 template <typename T>
@@ -69,6 +81,13 @@ void rms_norm_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode,
 template <typename T>
 void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float* rstd,
                   RmsNormWeight mode, int64_t rows, int64_t dim, void* stream);
+template <typename T>
+void add_rms_norm_fwd(T* s, T* y, float* rstd, const T* x, const T* h, const T* w,
+                      RmsNormWeight mode, int64_t rows, int64_t dim, double eps, void* stream);
+template <typename T>
+void add_rms_norm_bwd(T* ds, T* dw, const T* ds_in, const T* dy, const T* s, const T* w,
+                      const float* rstd, RmsNormWeight mode, int64_t rows, int64_t dim,
+                      void* stream);
 template <typename T>
 void rms_norm_gated_fwd(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
                         int64_t dim, double eps, void* stream);

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/norm.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels {
@@ -43,6 +44,18 @@ void rope_fwd(T* out, const T* x, const T* cos, const T* sin, const RopeShape& s
 template <typename T>
 void rope_bwd(T* dx, const T* dy, const T* cos, const T* sin, const RopeShape& shape);
 
+// Qwen3's per-head q/k RMSNorm followed by RoPE, one (token, head) row at a time
+// (kernels/cpu/norm.cpp): n = rms_norm_fwd(x row, w, mode) with its T-roundings, y = rope_fwd(n)
+// (=); rstd: [tokens * heads] (=). Bit-identical to rms_norm_fwd then rope_fwd.
+template <typename T>
+void rms_norm_rope_fwd(T* y, acc_t<T>* rstd, const T* x, const T* w, RmsNormWeight mode,
+                       const T* cos, const T* sin, const RopeShape& shape, double eps);
+// dn = rope_bwd(dy) rounded to T, then dx and dw (=, each may be null) as rms_norm_bwd from dn:
+// bit-identical to the two backward kernels in sequence.
+template <typename T>
+void rms_norm_rope_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
+                       RmsNormWeight mode, const T* cos, const T* sin, const RopeShape& shape);
+
 } // namespace cpu
 
 // GPU versions (kernels/cuda/rope.cu), T = float or bf16, same formulas and T-roundings; pointers
@@ -60,6 +73,17 @@ template <typename T>
 void rope_fwd(T* out, const T* x, const T* cos, const T* sin, const RopeShape& shape, void* stream);
 template <typename T>
 void rope_bwd(T* dx, const T* dy, const T* cos, const T* sin, const RopeShape& shape, void* stream);
+
+// The fused q/k RMSNorm + RoPE (kernels/cuda/norm.cu): one warp per (token, head) row, every lane
+// a set of rotation pairs; the normed value is rounded to T before the rotation as on the CPU.
+// Statistics in fp32 (rstd: [tokens * heads]); dw by the deterministic two-pass column reduction.
+template <typename T>
+void rms_norm_rope_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, const T* cos,
+                       const T* sin, const RopeShape& shape, double eps, void* stream);
+template <typename T>
+void rms_norm_rope_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float* rstd,
+                       RmsNormWeight mode, const T* cos, const T* sin, const RopeShape& shape,
+                       void* stream);
 
 } // namespace cuda
 } // namespace vlm::kernels

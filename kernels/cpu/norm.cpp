@@ -1,4 +1,5 @@
 #include "kernels/norm.h"
+#include "kernels/rope.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,76 @@ template <typename T> acc_t<T> rms_rstd(const T* xr, int64_t dim, double eps) {
     return v * v;
   });
   return A(1) / std::sqrt(sum_sq / A(dim) + A(eps));
+}
+
+// One row of rms_norm_fwd: yr (=) as selected by `mode`; returns the row's rstd.
+template <typename T>
+acc_t<T> rms_row_fwd(T* yr, const T* xr, const T* w, RmsNormWeight mode, int64_t dim, double eps) {
+  using A = acc_t<T>;
+  const A rs = rms_rstd(xr, dim, eps);
+  switch (mode) { // one loop per mode: a switch inside would keep the loop scalar
+  case RmsNormWeight::none:
+    for (int64_t j = 0; j < dim; j++) yr[j] = from_acc<T>(load<A>(xr, j) * rs);
+    break;
+  case RmsNormWeight::scale:
+    for (int64_t j = 0; j < dim; j++)
+      yr[j] = from_acc<T>(load<A>(w, j) * round_to<T>(load<A>(xr, j) * rs));
+    break;
+  case RmsNormWeight::offset:
+    for (int64_t j = 0; j < dim; j++)
+      yr[j] = from_acc<T>((A(1) + load<A>(w, j)) * (load<A>(xr, j) * rs));
+    break;
+  }
+  return rs;
+}
+
+// gain[j] = w[j] + offset (scale: offset 0; offset: 1), or 1 without a weight (mode none),
+// converted once: no branch on the mode and no conversion inside the row loops.
+template <typename T> std::vector<acc_t<T>> rms_gain(const T* w, RmsNormWeight mode, int64_t dim) {
+  using A = acc_t<T>;
+  std::vector<A> gain(size_t(dim), A(1));
+  if (w)
+    for (int64_t j = 0; j < dim; j++)
+      gain[j] = load<A>(w, j) + (mode == RmsNormWeight::offset ? A(1) : A(0));
+  return gain;
+}
+
+// One row of rms_norm_bwd: dx = rstd * (a - x̂ * mean(a ⊙ x̂)) with a = dy ⊙ gain (=, skipped when
+// dxr is null); dw_acc += dy ⊙ x̂ when dw_acc is not null.
+template <typename T>
+void rms_row_bwd(T* dxr, acc_t<T>* dw_acc, const T* dyr, const T* xr, const acc_t<T>* g,
+                 acc_t<T> rs, int64_t dim) {
+  using A = acc_t<T>;
+  if (dw_acc)
+    for (int64_t j = 0; j < dim; j++) dw_acc[j] += load<A>(dyr, j) * load<A>(xr, j) * rs;
+  if (!dxr) return;
+  const A c = rs *
+              lane_sum<A>(dim, [&](int64_t j) { return load<A>(dyr, j) * g[j] * load<A>(xr, j); }) /
+              A(dim);
+  for (int64_t j = 0; j < dim; j++)
+    dxr[j] = from_acc<T>(rs * (load<A>(dyr, j) * g[j] - load<A>(xr, j) * rs * c));
+}
+
+// RoPE on one head row (the formula and T-roundings of kernels/cpu/rope.cpp): the rotation, or
+// its transpose when `inverse`, of every (j, j + half) pair; dims >= 2 * half are copied.
+template <typename T>
+void rotate_row(T* y, const T* x, const T* c_row, const T* s_row, int64_t half, int64_t D,
+                bool inverse) {
+  using A = acc_t<T>;
+  for (int64_t j = 0; j < half; j++) {
+    A c = to_acc<A>(c_row[j]), s = to_acc<A>(s_row[j]);
+    A x1 = to_acc<A>(x[j]), x2 = to_acc<A>(x[j + half]);
+    A x1c = round_to<T>(x1 * c), x2c = round_to<T>(x2 * c);
+    A x1s = round_to<T>(x1 * s), x2s = round_to<T>(x2 * s);
+    if (!inverse) {
+      y[j] = from_acc<T>(x1c - x2s);
+      y[j + half] = from_acc<T>(x2c + x1s);
+    } else {
+      y[j] = from_acc<T>(x1c + x2s);
+      y[j + half] = from_acc<T>(x2c - x1s);
+    }
+  }
+  for (int64_t d = 2 * half; d < D; d++) y[d] = x[d];
 }
 
 template <typename A> A sigmoid(A v) { return A(1) / (A(1) + std::exp(-v)); }
@@ -65,58 +136,90 @@ std::vector<A> rows_with_block_sums(int64_t rows, int64_t dim, int64_t width, Ro
 template <typename T>
 void rms_norm_fwd(T* y, acc_t<T>* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
                   int64_t dim, double eps) {
-  using A = acc_t<T>;
 #pragma omp parallel for if (rows * dim > kParallelMin)
-  for (int64_t r = 0; r < rows; r++) {
-    const T* xr = x + r * dim;
-    T* yr = y + r * dim;
-    A rs = rms_rstd(xr, dim, eps);
-    rstd[r] = rs;
-    switch (mode) { // one loop per mode: a switch inside would keep the loop scalar
-    case RmsNormWeight::none:
-      for (int64_t j = 0; j < dim; j++) yr[j] = from_acc<T>(load<A>(xr, j) * rs);
-      break;
-    case RmsNormWeight::scale:
-      for (int64_t j = 0; j < dim; j++)
-        yr[j] = from_acc<T>(load<A>(w, j) * round_to<T>(load<A>(xr, j) * rs));
-      break;
-    case RmsNormWeight::offset:
-      for (int64_t j = 0; j < dim; j++)
-        yr[j] = from_acc<T>((A(1) + load<A>(w, j)) * (load<A>(xr, j) * rs));
-      break;
-    }
-  }
+  for (int64_t r = 0; r < rows; r++)
+    rstd[r] = rms_row_fwd(y + r * dim, x + r * dim, w, mode, dim, eps);
 }
 
 template <typename T>
 void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
                   RmsNormWeight mode, int64_t rows, int64_t dim) {
   using A = acc_t<T>;
-  // dx = rstd * (a - x̂ * mean(a ⊙ x̂)) with a = dy ⊙ gain; dw = Σ_rows dy ⊙ x̂.
-  // gain[j] = w[j] + offset (scale: offset 0; offset: 1), or 1 without a weight (mode none),
-  // converted once: no branch on the mode and no conversion inside the row loops.
-  std::vector<A> gain(size_t(dim), A(1));
-  if (w)
-    for (int64_t j = 0; j < dim; j++)
-      gain[j] = load<A>(w, j) + (mode == RmsNormWeight::offset ? A(1) : A(0));
+  const std::vector<A> gain = rms_gain(w, mode, dim);
   auto row_fn = [&](int64_t r, A* dw_acc) {
-    const T* xr = x + r * dim;
-    const T* dyr = dy + r * dim;
-    const A* g = gain.data();
-    const A rs = rstd[r];
-    if (dw_acc)
-      for (int64_t j = 0; j < dim; j++) dw_acc[j] += load<A>(dyr, j) * load<A>(xr, j) * rs;
-    if (!dx) return;
-    const A c =
-        rs * lane_sum<A>(dim, [&](int64_t j) { return load<A>(dyr, j) * g[j] * load<A>(xr, j); }) /
-        A(dim);
-    T* dxr = dx + r * dim;
-    for (int64_t j = 0; j < dim; j++)
-      dxr[j] = from_acc<T>(rs * (load<A>(dyr, j) * g[j] - load<A>(xr, j) * rs * c));
+    rms_row_bwd(dx ? dx + r * dim : nullptr, dw_acc, dy + r * dim, x + r * dim, gain.data(),
+                rstd[r], dim);
   };
   auto dw_sum = rows_with_block_sums<A>(rows, dim, dw ? dim : 0, row_fn);
   if (dw)
     for (int64_t j = 0; j < dim; j++) dw[j] = from_acc<T>(dw_sum[j]);
+}
+
+template <typename T>
+void add_rms_norm_fwd(T* s, T* y, acc_t<T>* rstd, const T* x, const T* h, const T* w,
+                      RmsNormWeight mode, int64_t rows, int64_t dim, double eps) {
+  using A = acc_t<T>;
+#pragma omp parallel for if (rows * dim > kParallelMin)
+  for (int64_t r = 0; r < rows; r++) {
+    const T* xr = x + r * dim;
+    const T* hr = h + r * dim;
+    T* sr = s + r * dim;
+    for (int64_t j = 0; j < dim; j++) sr[j] = from_acc<T>(load<A>(xr, j) + load<A>(hr, j));
+    rstd[r] = rms_row_fwd(y + r * dim, sr, w, mode, dim, eps);
+  }
+}
+
+template <typename T>
+void add_rms_norm_bwd(T* ds, T* dw, const T* ds_in, const T* dy, const T* s, const T* w,
+                      const acc_t<T>* rstd, RmsNormWeight mode, int64_t rows, int64_t dim) {
+  using A = acc_t<T>;
+  const std::vector<A> gain = rms_gain(w, mode, dim);
+  auto row_fn = [&](int64_t r, A* dw_acc) {
+    T* dsr = ds ? ds + r * dim : nullptr;
+    rms_row_bwd(dsr, dw_acc, dy + r * dim, s + r * dim, gain.data(), rstd[r], dim);
+    if (!dsr || !ds_in) return;
+    // A second pass over the stored T values: the sum is of two T gradients, as the autograd
+    // engine's add() does it (one loop would let the compiler fuse the product into an FMA).
+    const T* inr = ds_in + r * dim;
+    for (int64_t j = 0; j < dim; j++) dsr[j] = from_acc<T>(load<A>(dsr, j) + load<A>(inr, j));
+  };
+  auto dw_sum = rows_with_block_sums<A>(rows, dim, dw ? dim : 0, row_fn);
+  if (dw)
+    for (int64_t j = 0; j < dim; j++) dw[j] = from_acc<T>(dw_sum[j]);
+}
+
+template <typename T>
+void rms_norm_rope_fwd(T* y, acc_t<T>* rstd, const T* x, const T* w, RmsNormWeight mode,
+                       const T* cos, const T* sin, const RopeShape& sh, double eps) {
+  const int64_t D = sh.head_dim, half = sh.rotary_dim / 2, rows = sh.tokens * sh.heads;
+#pragma omp parallel if (rows * D > kParallelMin)
+  {
+    std::vector<T> n(static_cast<size_t>(D), T()); // the normed row, T-valued as rms_norm stores it
+#pragma omp for
+    for (int64_t r = 0; r < rows; r++) {
+      rstd[r] = rms_row_fwd(n.data(), x + r * D, w, mode, D, eps);
+      const int64_t t = r / sh.heads;
+      rotate_row(y + r * D, n.data(), cos + t * half, sin + t * half, half, D, false);
+    }
+  }
+}
+
+template <typename T>
+void rms_norm_rope_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
+                       RmsNormWeight mode, const T* cos, const T* sin, const RopeShape& sh) {
+  using A = acc_t<T>;
+  const int64_t D = sh.head_dim, half = sh.rotary_dim / 2, rows = sh.tokens * sh.heads;
+  const std::vector<A> gain = rms_gain(w, mode, D);
+  auto row_fn = [&](int64_t r, A* dw_acc) {
+    thread_local std::vector<T> dn; // rope_bwd's output row, T-valued
+    dn.resize(size_t(D));
+    const int64_t t = r / sh.heads;
+    rotate_row(dn.data(), dy + r * D, cos + t * half, sin + t * half, half, D, true);
+    rms_row_bwd(dx ? dx + r * D : nullptr, dw_acc, dn.data(), x + r * D, gain.data(), rstd[r], D);
+  };
+  auto dw_sum = rows_with_block_sums<A>(rows, D, dw ? D : 0, row_fn);
+  if (dw)
+    for (int64_t j = 0; j < D; j++) dw[j] = from_acc<T>(dw_sum[j]);
 }
 
 template <typename T>
@@ -246,7 +349,15 @@ void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, co
   template void layer_norm_fwd<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int64_t, \
                                   int64_t, double);                                                \
   template void layer_norm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const acc_t<T>*,       \
-                                  const acc_t<T>*, int64_t, int64_t);
+                                  const acc_t<T>*, int64_t, int64_t);                              \
+  template void add_rms_norm_fwd<T>(T*, T*, acc_t<T>*, const T*, const T*, const T*,               \
+                                    RmsNormWeight, int64_t, int64_t, double);                      \
+  template void add_rms_norm_bwd<T>(T*, T*, const T*, const T*, const T*, const T*,                \
+                                    const acc_t<T>*, RmsNormWeight, int64_t, int64_t);             \
+  template void rms_norm_rope_fwd<T>(T*, acc_t<T>*, const T*, const T*, RmsNormWeight, const T*,   \
+                                     const T*, const RopeShape&, double);                          \
+  template void rms_norm_rope_bwd<T>(T*, T*, const T*, const T*, const T*, const acc_t<T>*,        \
+                                     RmsNormWeight, const T*, const T*, const RopeShape&);
 VLM_INSTANTIATE(float)
 VLM_INSTANTIATE(double)
 VLM_INSTANTIATE(bf16)

@@ -1,4 +1,5 @@
-// RMSNorm (plain, zero-centred, gated) and LayerNorm on the GPU, declared in kernels/norm.h.
+// RMSNorm (plain, zero-centred, gated), LayerNorm, the fused residual add + RMSNorm (declared in
+// kernels/norm.h) and the fused q/k RMSNorm + RoPE (declared in kernels/rope.h) on the GPU.
 //
 // Row kernels: a row is handled by WPR warps (1 for dim <= 1024, 4 up to 4096, else 8) and a
 // 256-thread block holds 256 / (32 * WPR) rows; blocks loop over row groups (grid-stride), so any
@@ -10,6 +11,7 @@
 // rows in order into an fp32 partial; kernel 2 sums the partials of a column in chunk order. The
 // chunking depends on (rows, dim) only, so results are bit-identical run to run; no atomics.
 #include "kernels/norm.h"
+#include "kernels/rope.h"
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/load_store.cuh"
@@ -127,7 +129,7 @@ __device__ __forceinline__ void load_bwd_packs(float (&xv)[V], float (&gv)[V], f
 template <typename T, int WPR, int V>
 __global__ void __launch_bounds__(kThreads)
     rms_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
-                   RmsNormWeight mode, int64_t rows, int64_t dim) {
+                   RmsNormWeight mode, int64_t rows, int64_t dim, const T* dres) {
   __shared__ float smem[kThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
@@ -152,10 +154,183 @@ __global__ void __launch_bounds__(kThreads)
         const float a = gv[k] * gain(wv, mode, k);
         o[k] = rs * (a - xv[k] * rs * cc);
       }
+      if (dres) { // add_rms_norm: + the sum's own gradient, to the T-rounded norm gradient
+        float rv[V];
+        load_vec<T, V>(dres + row.off, c, rv);
+#pragma unroll
+        for (int k = 0; k < V; k++) o[k] = __fadd_rn(round_to<T>(o[k]), rv[k]);
+      }
       store_vec<T, V>(dxr, c, o);
     }
   }
 }
+
+// add_rms_norm: s = T(x + h) stored, then the RMSNorm of s as rms_fwd_kernel computes it (s is
+// recomputed from x and h in the second pass rather than read back).
+template <typename T, int WPR, int V>
+__global__ void __launch_bounds__(kThreads)
+    add_rms_fwd_kernel(T* s, T* y, float* rstd, const T* x, const T* h, const T* w,
+                       RmsNormWeight mode, int64_t rows, int64_t dim, float eps) {
+  __shared__ float smem[kThreads / 32];
+  VLM_ROW_LOOP(rows) {
+    const RowSlot row(base, rows, dim);
+    const int64_t off = row.off;
+    float ss = 0;
+    VLM_PACK_LOOP(c, row.n) {
+      float xv[V], hv[V], sv[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(h + off, c, hv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        sv[k] = round_to<T>(__fadd_rn(xv[k], hv[k]));
+        ss += sv[k] * sv[k];
+      }
+      store_vec<T, V>(s + off, c, sv);
+    }
+    ss = row_sum<WPR>(ss, smem);
+    const float rs = 1.f / sqrtf(ss / float(dim) + eps);
+    if (row.valid && threadIdx.x == 0) rstd[row.r] = rs;
+    VLM_PACK_LOOP(c, row.n) {
+      float xv[V], hv[V], wv[V], o[V];
+      load_vec<T, V>(x + off, c, xv);
+      load_vec<T, V>(h + off, c, hv);
+      if (mode != RmsNormWeight::none) load_vec<T, V>(w, c, wv);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float xhat = round_to<T>(__fadd_rn(xv[k], hv[k])) * rs;
+        o[k] = mode == RmsNormWeight::none    ? xhat
+               : mode == RmsNormWeight::scale ? wv[k] * round_to<T>(xhat)
+                                              : (1.f + wv[k]) * xhat;
+      }
+      store_vec<T, V>(y + off, c, o);
+    }
+  }
+}
+
+// --- fused q/k RMSNorm + RoPE: one warp per (token, head) row ------------------------------------
+
+struct RopeRows {
+  int64_t rows, heads, dim, half, rotary;
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The normed value at column j of the row xr (rms_fwd_kernel's formula), rounded to T.
+template <typename T>
+__device__ __forceinline__ float normed_at(const T* xr, const T* w, RmsNormWeight mode, float rs,
+                                           int64_t j) {
+  const float xhat = ld(xr + j) * rs;
+  const float o = mode == RmsNormWeight::none    ? xhat
+                  : mode == RmsNormWeight::scale ? ld(w + j) * round_to<T>(xhat)
+                                                 : (1.f + ld(w + j)) * xhat;
+  return round_to<T>(o);
+}
+
+// The pair (j, j + half) rotated (rope_fwd) or rotated back (rope_bwd), each output rounded to T:
+// rope.cu's rotate_kernel formula, __f*_rn so that no FMA contraction changes it.
+template <typename T, bool kInverse>
+__device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s, float& y1,
+                                            float& y2) {
+  const float x1c = round_to<T>(__fmul_rn(x1, c)), x2c = round_to<T>(__fmul_rn(x2, c));
+  const float x1s = round_to<T>(__fmul_rn(x1, s)), x2s = round_to<T>(__fmul_rn(x2, s));
+  if (!kInverse) {
+    y1 = round_to<T>(__fsub_rn(x1c, x2s));
+    y2 = round_to<T>(__fadd_rn(x2c, x1s));
+  } else {
+    y1 = round_to<T>(__fadd_rn(x1c, x2s));
+    y2 = round_to<T>(__fsub_rn(x2c, x1s));
+  }
+}
+
+// The warp loop of the rope-norm kernels: blockDim (32, kThreads / 32), warp threadIdx.y of the
+// block takes row r; the condition is uniform over a warp, so warp shuffles are safe inside.
+#define VLM_WARP_ROW_LOOP(r, rows)                                                                 \
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < (rows);                     \
+       r += int64_t(gridDim.x) * blockDim.y)
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    rms_rope_fwd_kernel(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, const T* cos,
+                        const T* sin, RopeRows sh, float eps) {
+  const int lane = int(threadIdx.x);
+  VLM_WARP_ROW_LOOP(r, sh.rows) {
+    const T* xr = x + r * sh.dim;
+    T* yr = y + r * sh.dim;
+    float ss = 0;
+    for (int64_t j = lane; j < sh.dim; j += 32) {
+      const float v = ld(xr + j);
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    const float rs = 1.f / sqrtf(ss / float(sh.dim) + eps);
+    if (lane == 0) rstd[r] = rs;
+    const int64_t t = r / sh.heads;
+    for (int64_t j = lane; j < sh.half; j += 32) {
+      const float c = ld(cos + t * sh.half + j), s = ld(sin + t * sh.half + j);
+      float y1, y2;
+      rotate_pair<T, false>(normed_at(xr, w, mode, rs, j), normed_at(xr, w, mode, rs, j + sh.half),
+                            c, s, y1, y2);
+      st(yr + j, y1);
+      st(yr + j + sh.half, y2);
+    }
+    for (int64_t d = sh.rotary + lane; d < sh.dim; d += 32)
+      st(yr + d, normed_at(xr, w, mode, rs, d));
+  }
+}
+
+// dn at the pair (j, j + half) of the row dyr: the gradient rope_bwd hands the norm, T-rounded.
+template <typename T>
+__device__ __forceinline__ void rope_grad_pair(const T* dyr, const T* cos, const T* sin,
+                                               const RopeRows& sh, int64_t t, int64_t j, float& dn1,
+                                               float& dn2) {
+  const float c = ld(cos + t * sh.half + j), s = ld(sin + t * sh.half + j);
+  rotate_pair<T, true>(ld(dyr + j), ld(dyr + j + sh.half), c, s, dn1, dn2);
+}
+
+__device__ __forceinline__ float gain_at(const float w, RmsNormWeight mode) {
+  return mode == RmsNormWeight::none ? 1.f : mode == RmsNormWeight::scale ? w : 1.f + w;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    rms_rope_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
+                        RmsNormWeight mode, const T* cos, const T* sin, RopeRows sh) {
+  const int lane = int(threadIdx.x);
+  const bool has_w = mode != RmsNormWeight::none;
+  VLM_WARP_ROW_LOOP(r, sh.rows) {
+    const T* xr = x + r * sh.dim;
+    const T* dyr = dy + r * sh.dim;
+    T* dxr = dx + r * sh.dim;
+    const float rs = rstd[r];
+    const int64_t t = r / sh.heads;
+    auto g = [&](int64_t j) { return gain_at(has_w ? ld(w + j) : 0.f, mode); };
+    float dot = 0;
+    for (int64_t j = lane; j < sh.half; j += 32) {
+      float dn1, dn2;
+      rope_grad_pair(dyr, cos, sin, sh, t, j, dn1, dn2);
+      dot += dn1 * g(j) * ld(xr + j) * rs;
+      dot += dn2 * g(j + sh.half) * ld(xr + j + sh.half) * rs;
+    }
+    for (int64_t d = sh.rotary + lane; d < sh.dim; d += 32)
+      dot += ld(dyr + d) * g(d) * ld(xr + d) * rs;
+    const float cc = warp_sum(dot) / float(sh.dim);
+    for (int64_t j = lane; j < sh.half; j += 32) {
+      float dn1, dn2;
+      rope_grad_pair(dyr, cos, sin, sh, t, j, dn1, dn2);
+      const int64_t j2 = j + sh.half;
+      st(dxr + j, rs * (dn1 * g(j) - ld(xr + j) * rs * cc));
+      st(dxr + j2, rs * (dn2 * g(j2) - ld(xr + j2) * rs * cc));
+    }
+    for (int64_t d = sh.rotary + lane; d < sh.dim; d += 32)
+      st(dxr + d, rs * (ld(dyr + d) * g(d) - ld(xr + d) * rs * cc));
+  }
+}
+
+#undef VLM_WARP_ROW_LOOP
 
 template <typename T, int WPR, int V>
 __global__ void __launch_bounds__(kThreads)
@@ -327,7 +502,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // --- parameter gradients ------------------------------------------------------------------------
 
-enum class ParamKind { rms, gated, layer };
+enum class ParamKind { rms, gated, layer, rms_rope };
+
+// What ParamKind::rms_rope needs to rotate dy back (unused by the other kinds).
+template <typename T> struct RopeGradArgs {
+  const T* cos = nullptr;
+  const T* sin = nullptr;
+  RopeRows sh{};
+};
 
 constexpr int kColThreads = 256;
 
@@ -336,7 +518,7 @@ template <typename T, ParamKind K>
 __global__ void __launch_bounds__(kColThreads)
     param_partials_kernel(float* partial_w, float* partial_b, const T* dy, const T* x, const T* z,
                           const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                          int64_t chunk) {
+                          int64_t chunk, RopeGradArgs<T> rope) {
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= dim) return;
   const int64_t c = blockIdx.y;
@@ -347,6 +529,15 @@ __global__ void __launch_bounds__(kColThreads)
     const float g = ld(dy + i), rs = rstd[r];
     if constexpr (K == ParamKind::rms) {
       sw += g * ld(x + i) * rs;
+    } else if constexpr (K == ParamKind::rms_rope) {
+      float dn = g; // dims >= rotary pass through
+      if (j < rope.sh.rotary) {
+        const int64_t jj = j < rope.sh.half ? j : j - rope.sh.half;
+        float dn1, dn2;
+        rope_grad_pair(dy + r * dim, rope.cos, rope.sin, rope.sh, r / rope.sh.heads, jj, dn1, dn2);
+        dn = j < rope.sh.half ? dn1 : dn2;
+      }
+      sw += dn * ld(x + i) * rs;
     } else if constexpr (K == ParamKind::gated) {
       const float zj = ld(z + i);
       sw += g * zj * sigmoidf(zj) * (ld(x + i) * rs);
@@ -372,8 +563,8 @@ __global__ void __launch_bounds__(kColThreads)
 // dw (and db) from the rows; any of them may be null. rows == 0 gives zeros.
 template <ParamKind K, typename T>
 void param_grads(T* dw, T* db, const T* dy, const T* x, const T* z, const float* mean,
-                 const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream,
-                 const char* op) {
+                 const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream, const char* op,
+                 RopeGradArgs<cuda_t<T>> rope = {}) {
   if (!dw && !db) return;
   if (rows == 0) {
     if (dw) VLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(dim) * sizeof(T), stream));
@@ -391,7 +582,7 @@ void param_grads(T* dw, T* db, const T* dy, const T* x, const T* z, const float*
   float* pb = db ? static_cast<float*>(malloc_async(part_bytes, stream)) : nullptr;
   const dim3 grid{unsigned(col_blocks), unsigned(chunks), 1u};
   param_partials_kernel<cuda_t<T>, K><<<grid, kColThreads, 0, stream>>>(
-      pw, pb, dptr(dy), dptr(x), dptr(z), mean, rstd, rows, dim, chunk);
+      pw, pb, dptr(dy), dptr(x), dptr(z), mean, rstd, rows, dim, chunk, rope);
   check_last_launch(op);
   if (dw) {
     param_finish_kernel<<<unsigned(col_blocks), kColThreads, 0, stream>>>(dptr(dw), pw, chunks,
@@ -415,6 +606,13 @@ template <typename T> int vec_width(int64_t dim, std::initializer_list<const voi
   for (const void* p : ptrs)
     if (p && !aligned16(p)) return 1;
   return V;
+}
+
+RopeRows rope_rows(const RopeShape& s) {
+  VLM_CHECK(s.rotary_dim >= 2 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim,
+            "rms_norm_rope (cuda): rotary_dim ", s.rotary_dim,
+            " must be even, >= 2 and <= head_dim ", s.head_dim);
+  return RopeRows{s.tokens * s.heads, s.heads, s.head_dim, s.rotary_dim / 2, s.rotary_dim};
 }
 
 int warps_per_row(int64_t dim) { return dim <= 1024 ? 1 : dim <= 4096 ? 4 : 8; }
@@ -472,9 +670,64 @@ void rms_norm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float
     launch_rows<T>("rms_norm_bwd", rows, dim,
                    {dx, dy, x, mode == RmsNormWeight::none ? nullptr : w}, stream,
                    VLM_ROW_KERNEL(rms_bwd_kernel), dptr(dx), dptr(dy), dptr(x), dptr(w), rstd, mode,
-                   rows, dim);
+                   rows, dim, static_cast<const cuda_t<T>*>(nullptr));
   param_grads<ParamKind::rms, T>(dw, nullptr, dy, x, nullptr, nullptr, rstd, rows, dim,
                                  as_stream(stream), "rms_norm_bwd (dw)");
+}
+
+template <typename T>
+void add_rms_norm_fwd(T* s, T* y, float* rstd, const T* x, const T* h, const T* w,
+                      RmsNormWeight mode, int64_t rows, int64_t dim, double eps, void* stream) {
+  if (rows == 0) return;
+  launch_rows<T>("add_rms_norm_fwd", rows, dim,
+                 {s, y, x, h, mode == RmsNormWeight::none ? nullptr : w}, stream,
+                 VLM_ROW_KERNEL(add_rms_fwd_kernel), dptr(s), dptr(y), rstd, dptr(x), dptr(h),
+                 dptr(w), mode, rows, dim, float(eps));
+}
+
+template <typename T>
+void add_rms_norm_bwd(T* ds, T* dw, const T* ds_in, const T* dy, const T* s, const T* w,
+                      const float* rstd, RmsNormWeight mode, int64_t rows, int64_t dim,
+                      void* stream) {
+  if (ds && rows > 0)
+    launch_rows<T>("add_rms_norm_bwd", rows, dim,
+                   {ds, dy, s, ds_in, mode == RmsNormWeight::none ? nullptr : w}, stream,
+                   VLM_ROW_KERNEL(rms_bwd_kernel), dptr(ds), dptr(dy), dptr(s), dptr(w), rstd, mode,
+                   rows, dim, dptr(ds_in));
+  param_grads<ParamKind::rms, T>(dw, nullptr, dy, s, nullptr, nullptr, rstd, rows, dim,
+                                 as_stream(stream), "add_rms_norm_bwd (dw)");
+}
+
+template <typename T>
+void rms_norm_rope_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, const T* cos,
+                       const T* sin, const RopeShape& shape, double eps, void* stream) {
+  const RopeRows sh = rope_rows(shape);
+  if (sh.rows == 0) return;
+  const dim3 block(32u, unsigned(kThreads / 32));
+  rms_rope_fwd_kernel<cuda_t<T>>
+      <<<grid_blocks(sh.rows, kThreads / 32), block, 0, as_stream(stream)>>>(
+          dptr(y), rstd, dptr(x), dptr(w), mode, dptr(cos), dptr(sin), sh, float(eps));
+  check_last_launch("rms_norm_rope_fwd");
+}
+
+template <typename T>
+void rms_norm_rope_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const float* rstd,
+                       RmsNormWeight mode, const T* cos, const T* sin, const RopeShape& shape,
+                       void* stream) {
+  const RopeRows sh = rope_rows(shape);
+  if (dx && sh.rows > 0) {
+    const dim3 block(32u, unsigned(kThreads / 32));
+    rms_rope_bwd_kernel<cuda_t<T>>
+        <<<grid_blocks(sh.rows, kThreads / 32), block, 0, as_stream(stream)>>>(
+            dptr(dx), dptr(dy), dptr(x), dptr(w), rstd, mode, dptr(cos), dptr(sin), sh);
+    check_last_launch("rms_norm_rope_bwd");
+  }
+  RopeGradArgs<cuda_t<T>> rope;
+  rope.cos = dptr(cos);
+  rope.sin = dptr(sin);
+  rope.sh = sh;
+  param_grads<ParamKind::rms_rope, T>(dw, nullptr, dy, x, nullptr, nullptr, rstd, sh.rows, sh.dim,
+                                      as_stream(stream), "rms_norm_rope_bwd (dw)", rope);
 }
 
 template <typename T>
@@ -530,7 +783,15 @@ void layer_norm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, co
   template void layer_norm_fwd<T>(T*, float*, float*, const T*, const T*, const T*, int64_t,       \
                                   int64_t, double, void*);                                         \
   template void layer_norm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const float*,          \
-                                  const float*, int64_t, int64_t, void*);
+                                  const float*, int64_t, int64_t, void*);                          \
+  template void add_rms_norm_fwd<T>(T*, T*, float*, const T*, const T*, const T*, RmsNormWeight,   \
+                                    int64_t, int64_t, double, void*);                              \
+  template void add_rms_norm_bwd<T>(T*, T*, const T*, const T*, const T*, const T*, const float*,  \
+                                    RmsNormWeight, int64_t, int64_t, void*);                       \
+  template void rms_norm_rope_fwd<T>(T*, float*, const T*, const T*, RmsNormWeight, const T*,      \
+                                     const T*, const RopeShape&, double, void*);                   \
+  template void rms_norm_rope_bwd<T>(T*, T*, const T*, const T*, const T*, const float*,           \
+                                     RmsNormWeight, const T*, const T*, const RopeShape&, void*);
 VLM_INSTANTIATE(float)
 VLM_INSTANTIATE(vlm::bf16)
 #undef VLM_INSTANTIATE

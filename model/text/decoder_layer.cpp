@@ -38,8 +38,9 @@ DecoderLayer::DecoderLayer(const DecoderLayerConfig& c, const std::string& mixer
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const BlockContext& ctx) const {
-  const Tensor x1 = add(x, mixer_->forward(in_norm_->forward(x), ctx));
-  return add(x1, mlp_->forward(post_norm_->forward(x1)));
+  // x1 = x + mixer(...) and post_attention_layernorm(x1) in one kernel (add_rms_norm).
+  const auto [x1, normed] = post_norm_->add_forward(x, mixer_->forward(in_norm_->forward(x), ctx));
+  return add(x1, mlp_->forward(normed));
 }
 
 } // namespace vlm::model

@@ -42,11 +42,10 @@ Tensor SelfAttention::forward(const Tensor& h, const BlockContext& ctx) const {
     q = copy(slice(qg, 2, 0, D));
     gate = reshape(copy(slice(qg, 2, D, 2 * D)), {T, heads * D});
   }
-  q = q_norm_->forward(reshape(q, {T, heads, D}));
-  Tensor k = k_norm_->forward(reshape(k_->forward(h), {T, kv_heads, D}));
+  // q/k norm and (M)RoPE per head in one kernel each (rms_norm_rope).
+  q = q_norm_->forward_rope(reshape(q, {T, heads, D}), ctx.rope);
+  const Tensor k = k_norm_->forward_rope(reshape(k_->forward(h), {T, kv_heads, D}), ctx.rope);
   const Tensor v = reshape(v_->forward(h), {T, kv_heads, D});
-  q = rope(q, ctx.rope);
-  k = rope(k, ctx.rope);
   const double softmax_scale = 1.0 / std::sqrt(double(D));
   const Tensor a = ctx.cache
                        ? cached_attention(q, k, v, *ctx.cache, softmax_scale)

@@ -15,4 +15,12 @@ Tensor RMSNorm::forward(const Tensor& x) const {
                                 : rms_norm(x, weight(), options_.eps);
 }
 
+std::pair<Tensor, Tensor> RMSNorm::add_forward(const Tensor& x, const Tensor& h) const {
+  return add_rms_norm(x, h, weight(), options_.eps, options_.zero_centered);
+}
+
+Tensor RMSNorm::forward_rope(const Tensor& x, const RopeTables& tables) const {
+  return rms_norm_rope(x, weight(), options_.eps, tables, options_.zero_centered);
+}
+
 } // namespace vlm::nn

@@ -93,6 +93,35 @@ struct RmsNormBackward final : Node {
   void release() override { x = weight = rstd = Tensor(); }
 };
 
+struct AddRmsNormBackward final : Node {
+  Tensor s, weight, rstd; // the sum (contiguous, detached), weight undefined for mode none
+  RmsNormWeight mode = RmsNormWeight::none;
+  const char* name() const override { return "AddRmsNormBackward"; }
+  // grads: {d(sum), d(y)}; returns {dx, dh, dw} with dx = dh = d(sum) + the norm's input gradient.
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    Tensor ds_in = grad_like(name(), grads[0], s);
+    Tensor dy = grad_like(name(), grads[1], s);
+    Tensor ds = empty_if(needs_input_grad(0) || needs_input_grad(1), s);
+    Tensor dw = empty_if(weight.defined() && needs_input_grad(2), weight);
+    dispatch(
+        name(), s.device(), s.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::add_rms_norm_bwd<T>(out_ptr<T>(ds), out_ptr<T>(dw), ds_in.data<T>(),
+                                            dy.data<T>(), s.data<T>(), ptr_or_null<T>(weight),
+                                            rstd.data<acc_t<T>>(), mode, rows_of(s), s.size(-1));
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::add_rms_norm_bwd<T>(
+              out_ptr<T>(ds), out_ptr<T>(dw), ds_in.data<T>(), dy.data<T>(), s.data<T>(),
+              ptr_or_null<T>(weight), rstd.data<float>(), mode, rows_of(s), s.size(-1), stream);
+        });
+    return {needs_input_grad(0) ? ds : Tensor(), needs_input_grad(1) ? ds : Tensor(), dw};
+  }
+  void release() override { s = weight = rstd = Tensor(); }
+};
+
 struct RmsNormGatedBackward final : Node {
   Tensor x, z, weight, rstd;
   const char* name() const override { return "RmsNormGatedBackward"; }
@@ -155,14 +184,18 @@ struct LayerNormBackward final : Node {
   void release() override { x = weight = mean = rstd = Tensor(); }
 };
 
+RmsNormWeight rms_weight_mode(const Tensor& weight, bool zero_centered) {
+  return !weight.defined() ? RmsNormWeight::none
+         : zero_centered   ? RmsNormWeight::offset
+                           : RmsNormWeight::scale;
+}
+
 Tensor rms_norm_impl(const char* op, const Tensor& x, const Tensor& weight, double eps,
                      bool zero_centered) {
   check_input(op, x, eps);
   check_operand(op, "weight", weight, x, false);
   check_cuda_dtype(op, x);
-  RmsNormWeight mode = !weight.defined() ? RmsNormWeight::none
-                       : zero_centered   ? RmsNormWeight::offset
-                                         : RmsNormWeight::scale;
+  const RmsNormWeight mode = rms_weight_mode(weight, zero_centered);
   Tensor xc = plain(x), wc = plain(weight);
   Tensor out = empty_like(x), rstd = row_stats(x);
   dispatch(
@@ -197,6 +230,42 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor rms_norm_zero_centered(const Tensor& x, const Tensor& weight, double eps) {
   return rms_norm_impl("rms_norm_zero_centered", x, weight, eps, true);
+}
+
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const Tensor& weight,
+                                       double eps, bool zero_centered) {
+  const char* op = "add_rms_norm";
+  check_input(op, x, eps);
+  check_defined(op, "h", h);
+  check_operand(op, "h", h, x, true);
+  check_operand(op, "weight", weight, x, false);
+  check_cuda_dtype(op, x);
+  const RmsNormWeight mode = rms_weight_mode(weight, zero_centered);
+  Tensor xc = plain(x), hc = plain(h), wc = plain(weight);
+  Tensor sum = empty_like(x), out = empty_like(x), rstd = row_stats(x);
+  dispatch(
+      op, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::add_rms_norm_fwd<T>(sum.data<T>(), out.data<T>(), rstd.data<acc_t<T>>(),
+                                          xc.data<T>(), hc.data<T>(), ptr_or_null<T>(wc), mode,
+                                          rows_of(x), x.size(-1), eps);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::add_rms_norm_fwd<T>(sum.data<T>(), out.data<T>(), rstd.data<float>(),
+                                           xc.data<T>(), hc.data<T>(), ptr_or_null<T>(wc), mode,
+                                           rows_of(x), x.size(-1), eps, stream);
+      });
+  if (needs_grad({&x, &h, &weight})) {
+    auto node = std::make_shared<AddRmsNormBackward>();
+    node->s = sum.detach(); // not `sum` itself: its grad_fn is this node
+    node->weight = wc;
+    node->rstd = rstd;
+    node->mode = mode;
+    record(node, {&x, &h, &weight}, {&sum, &out});
+  }
+  return {sum, out};
 }
 
 Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, double eps) {

@@ -55,6 +55,42 @@ struct RopeBackward final : Node {
   void release() override { cos = sin = Tensor(); }
 };
 
+struct RmsNormRopeBackward final : Node {
+  Tensor x, weight, rstd, cos, sin; // contiguous, no history; weight undefined for mode none
+  kernels::RmsNormWeight mode = kernels::RmsNormWeight::none;
+  kernels::RopeShape shape;
+  const char* name() const override { return "RmsNormRopeBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    VLM_CHECK(grads[0].shape() == x.shape() && grads[0].dtype() == x.dtype(), name(), ": ",
+              describe("grad", grads[0]), " does not match ", describe("x", x));
+    Tensor dy = grads[0].contiguous();
+    Tensor dx = needs_input_grad(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor dw = weight.defined() && needs_input_grad(1)
+                    ? Tensor::empty(weight.shape(), weight.dtype(), weight.device())
+                    : Tensor();
+    auto ptr = [](const Tensor& t, auto tag) {
+      using T = decltype(tag);
+      return t.defined() ? t.data<T>() : static_cast<T*>(nullptr);
+    };
+    dispatch(
+        name(), x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          kernels::cpu::rms_norm_rope_bwd<T>(ptr(dx, t), ptr(dw, t), dy.data<T>(), x.data<T>(),
+                                             ptr(weight, t), rstd.data<acc_t<T>>(), mode,
+                                             cos.data<T>(), sin.data<T>(), shape);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          kernels::cuda::rms_norm_rope_bwd<T>(ptr(dx, t), ptr(dw, t), dy.data<T>(), x.data<T>(),
+                                              ptr(weight, t), rstd.data<float>(), mode,
+                                              cos.data<T>(), sin.data<T>(), shape, stream);
+        });
+    return {dx, dw};
+  }
+  void release() override { x = weight = rstd = cos = sin = Tensor(); }
+};
+
 } // namespace
 
 RopeTables rope_tables(const Tensor& position_ids, int64_t rotary_dim, double theta, DType dtype) {
@@ -128,24 +164,31 @@ RopeTables mrope_tables(const Tensor& position_ids, int64_t rotary_dim, double t
   return t;
 }
 
-Tensor rope(const Tensor& x, const RopeTables& tables) {
-  check_float("rope", "x", x);
-  check_dim("rope", "x", x, 3);
-  check_defined("rope", "tables.cos", tables.cos);
-  check_defined("rope", "tables.sin", tables.sin);
-  check_same_dtype("rope", "x", x, "tables.cos", tables.cos);
-  check_same_device("rope", "x", x, "tables.cos", tables.cos);
+// The checks rope() and rms_norm_rope() share: x [T, H, D] float, tables [T, R/2] of x's dtype
+// and device with R even, >= 2 and <= D.
+void check_rope_operands(const char* op, const Tensor& x, const RopeTables& tables) {
+  check_float(op, "x", x);
+  check_dim(op, "x", x, 3);
+  check_defined(op, "tables.cos", tables.cos);
+  check_defined(op, "tables.sin", tables.sin);
+  check_same_dtype(op, "x", x, "tables.cos", tables.cos);
+  check_same_device(op, "x", x, "tables.cos", tables.cos);
   const int64_t rotary_dim = tables.rotary_dim, half = rotary_dim / 2;
-  VLM_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= x.size(2), "rope: rotary_dim ",
+  VLM_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= x.size(2), op, ": rotary_dim ",
             rotary_dim, " must be even, >= 2 and <= the head dim of ", describe("x", x),
             " (x is [T, H, D])");
   Shape table_shape{x.size(0), half};
-  VLM_CHECK(tables.cos.shape() == table_shape && tables.sin.shape() == table_shape,
-            "rope: tables must be [T, rotary_dim/2] = ", shape_str(table_shape), " for ",
+  VLM_CHECK(tables.cos.shape() == table_shape && tables.sin.shape() == table_shape, op,
+            ": tables must be [T, rotary_dim/2] = ", shape_str(table_shape), " for ",
             describe("x", x), ", got ", describe("cos", tables.cos), ", ",
             describe("sin", tables.sin));
-  check_same_device("rope", "x", x, "tables.sin", tables.sin);
-  check_device("rope", x.dtype(), x.device());
+  check_same_device(op, "x", x, "tables.sin", tables.sin);
+  check_device(op, x.dtype(), x.device());
+}
+
+Tensor rope(const Tensor& x, const RopeTables& tables) {
+  check_rope_operands("rope", x, tables);
+  const int64_t rotary_dim = tables.rotary_dim;
   Tensor xc = x.contiguous(), cos = tables.cos.contiguous(), sin = tables.sin.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const kernels::RopeShape shape = rope_shape(x, rotary_dim);
@@ -166,6 +209,59 @@ Tensor rope(const Tensor& x, const RopeTables& tables) {
     node->sin = sin.detach();
     node->shape = shape;
     record(node, {&x}, {&out});
+  }
+  return out;
+}
+
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, double eps, const RopeTables& tables,
+                     bool zero_centered) {
+  const char* op = "rms_norm_rope";
+  check_rope_operands(op, x, tables);
+  VLM_CHECK(x.size(2) > 0, op, ": x needs a non-empty head dim, got ", describe("x", x));
+  VLM_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
+  if (weight.defined()) {
+    check_same_dtype(op, "x", x, "weight", weight);
+    check_same_device(op, "x", x, "weight", weight);
+    VLM_CHECK(weight.dim() == 1 && weight.size(0) == x.size(2), op, ": ",
+              describe("weight", weight), " must be [D] = (", x.size(2), ") for ",
+              describe("x", x));
+  }
+  const kernels::RmsNormWeight mode = !weight.defined() ? kernels::RmsNormWeight::none
+                                      : zero_centered   ? kernels::RmsNormWeight::offset
+                                                        : kernels::RmsNormWeight::scale;
+  Tensor xc = plain(x), wc = plain(weight), cos = plain(tables.cos), sin = plain(tables.sin);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const DType stats = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor rstd = Tensor::empty({x.size(0) * x.size(1)}, stats, x.device());
+  const kernels::RopeShape shape = rope_shape(x, tables.rotary_dim);
+  auto w_ptr = [&](auto tag) {
+    using T = decltype(tag);
+    return wc.defined() ? wc.data<T>() : static_cast<const T*>(nullptr);
+  };
+  dispatch(
+      op, x.device(), x.dtype(),
+      [&](auto t) {
+        using T = decltype(t);
+        kernels::cpu::rms_norm_rope_fwd<T>(out.data<T>(), rstd.data<acc_t<T>>(), xc.data<T>(),
+                                           w_ptr(t), mode, cos.data<T>(), sin.data<T>(), shape,
+                                           eps);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        kernels::cuda::rms_norm_rope_fwd<T>(out.data<T>(), rstd.data<float>(), xc.data<T>(),
+                                            w_ptr(t), mode, cos.data<T>(), sin.data<T>(), shape,
+                                            eps, stream);
+      });
+  if (needs_grad({&x, &weight})) {
+    auto node = std::make_shared<RmsNormRopeBackward>();
+    node->x = xc;
+    node->weight = wc;
+    node->rstd = rstd;
+    node->cos = cos;
+    node->sin = sin;
+    node->mode = mode;
+    node->shape = shape;
+    record(node, {&x, &weight}, {&out});
   }
   return out;
 }

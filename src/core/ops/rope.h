@@ -34,6 +34,16 @@ RopeTables mrope_tables(const Tensor& position_ids, int64_t rotary_dim, double t
 // x: [T, H, D] float; tables from rope_tables with T rows, rotary_dim <= D and x's dtype.
 // Differentiable in x (the backward is the inverse rotation); the tables get no gradient.
 Tensor rope(const Tensor& x, const RopeTables& tables);
+// Qwen3's per-head q/k RMSNorm then RoPE in one kernel:
+//   rope(zero_centered ? rms_norm_zero_centered(x, weight, eps) : rms_norm(x, weight, eps), tables)
+// x: [T, H, D] float, weight [D] (or undefined: no weight), tables as for rope() (partial rotary
+// and MRoPE tables included). Differentiable in x and weight. Bit-identical on the CPU to the two
+// ops in sequence, forward and backward (the normed value is rounded to x's dtype before the
+// rotation, the rotated-back gradient before the norm's backward); on CUDA the same formulas and
+// T-roundings in fp32.
+Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, double eps, const RopeTables& tables,
+                     bool zero_centered = false);
+
 // Convenience: rope(x, rope_tables(position_ids, rotary_dim, theta, x.dtype())).
 Tensor rope(const Tensor& x, const Tensor& position_ids, int64_t rotary_dim, double theta);
 
