@@ -1,12 +1,13 @@
-// The runtime services of kernels/gpu_runtime.h (and gemm_release_stream, which streams call, and
-// the NCCL calls of kernels/nccl.h) in a build without the CUDA backend: there is no device, and
-// every call that needs one throws. Code above the kernels calls them without #if; it only gets
-// here for a CUDA device, which such a build cannot have. (The kernel launchers have no stubs:
-// ops reach them only through src/core/dispatch.h, which never instantiates a CUDA body in such a
-// build.)
+// The runtime services of kernels/gpu_runtime.h (and gemm_release_stream, which streams call, the
+// multi-tensor gradient kernels' host-side sizing, and the NCCL calls of kernels/nccl.h) in a
+// build without the CUDA backend: there is no device, and every call that needs one throws. Code
+// above the kernels calls them without #if; it only gets here for a CUDA device, which such a
+// build cannot have. (The kernel launchers have no stubs: ops reach them only through
+// src/core/dispatch.h, which never instantiates a CUDA body in such a build.)
 #include "kernels/gemm.h"
 #include "kernels/gpu_runtime.h"
 #include "kernels/nccl.h"
+#include "kernels/optim.h"
 #include "src/base/check.h"
 
 namespace vlm::kernels::cuda {
@@ -53,6 +54,10 @@ uint64_t kernel_launch_count() { return 0; }
 void reset_kernel_launch_count() {}
 void count_library_call() {}
 void gemm_release_stream(void*) { no_cuda("gemm_release_stream"); }
+// Host side of the multi-tensor gradient kernels: reached only for gradients on a CUDA device.
+int64_t multi_sum_squares_num_partials(const GradSpan*, int64_t) {
+  no_cuda("multi_sum_squares_num_partials");
+}
 
 bool nccl_built() { return false; }
 void nccl_unique_id(void*) { no_cuda("nccl_unique_id"); }
