@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/lane_reduce.h"
+#include "kernels/cpu/rope_row.h"
 
 namespace vlm::kernels::cpu {
 
@@ -79,27 +80,7 @@ void rms_row_bwd(T* dxr, acc_t<T>* dw_acc, const T* dyr, const T* xr, const acc_
     dxr[j] = from_acc<T>(rs * (load<A>(dyr, j) * g[j] - load<A>(xr, j) * rs * c));
 }
 
-// RoPE on one head row (the formula and T-roundings of kernels/cpu/rope.cpp): the rotation, or
-// its transpose when `inverse`, of every (j, j + half) pair; dims >= 2 * half are copied.
-template <typename T>
-void rotate_row(T* y, const T* x, const T* c_row, const T* s_row, int64_t half, int64_t D,
-                bool inverse) {
-  using A = acc_t<T>;
-  for (int64_t j = 0; j < half; j++) {
-    A c = to_acc<A>(c_row[j]), s = to_acc<A>(s_row[j]);
-    A x1 = to_acc<A>(x[j]), x2 = to_acc<A>(x[j + half]);
-    A x1c = round_to<T>(x1 * c), x2c = round_to<T>(x2 * c);
-    A x1s = round_to<T>(x1 * s), x2s = round_to<T>(x2 * s);
-    if (!inverse) {
-      y[j] = from_acc<T>(x1c - x2s);
-      y[j + half] = from_acc<T>(x2c + x1s);
-    } else {
-      y[j] = from_acc<T>(x1c + x2s);
-      y[j + half] = from_acc<T>(x2c - x1s);
-    }
-  }
-  for (int64_t d = 2 * half; d < D; d++) y[d] = x[d];
-}
+using rope_row::rotate_row;
 
 template <typename A> A sigmoid(A v) { return A(1) / (A(1) + std::exp(-v)); }
 

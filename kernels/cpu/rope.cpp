@@ -3,19 +3,16 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/rope_row.h"
+
 namespace vlm::kernels::cpu {
 
 namespace {
-
-// Rounds an acc-type value to the storage type T and back: PyTorch rounds the result of every
-// elementwise op on a T tensor, so this reproduces HF's bf16 arithmetic (identity for f32/f64).
-template <typename T, typename A> inline A round_to(A v) { return to_acc<A>(from_acc<T>(v)); }
 
 // Applies the rotation (c, s) to every (j, j + R/2) pair of every head, or its inverse when
 // `inverse`; dims >= R are copied.
 template <typename T>
 void rotate(T* out, const T* in, const T* cos, const T* sin, const RopeShape& sh, bool inverse) {
-  using A = acc_t<T>;
   const int64_t half = sh.rotary_dim / 2, D = sh.head_dim;
 #pragma omp parallel for if (sh.tokens * sh.heads * D > 65536)
   for (int64_t t = 0; t < sh.tokens; t++) {
@@ -24,20 +21,7 @@ void rotate(T* out, const T* in, const T* cos, const T* sin, const RopeShape& sh
     for (int64_t h = 0; h < sh.heads; h++) {
       const T* x = in + (t * sh.heads + h) * D;
       T* y = out + (t * sh.heads + h) * D;
-      for (int64_t j = 0; j < half; j++) {
-        A c = to_acc<A>(c_row[j]), s = to_acc<A>(s_row[j]);
-        A x1 = to_acc<A>(x[j]), x2 = to_acc<A>(x[j + half]);
-        A x1c = round_to<T>(x1 * c), x2c = round_to<T>(x2 * c);
-        A x1s = round_to<T>(x1 * s), x2s = round_to<T>(x2 * s);
-        if (!inverse) {
-          y[j] = from_acc<T>(x1c - x2s);
-          y[j + half] = from_acc<T>(x2c + x1s);
-        } else { // transpose of the rotation matrix
-          y[j] = from_acc<T>(x1c + x2s);
-          y[j + half] = from_acc<T>(x2c - x1s);
-        }
-      }
-      for (int64_t d = sh.rotary_dim; d < D; d++) y[d] = x[d];
+      rope_row::rotate_row(y, x, c_row, s_row, half, D, inverse);
     }
   }
 }
