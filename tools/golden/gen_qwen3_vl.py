@@ -27,8 +27,11 @@ tested. Writes:
   tests/data/qwen3_vl_tiny_batches/<variant>_text.safetensors   a row of 2 text-only documents
       (no images: the text path; every vision gradient must be zero).
   tests/golden/qwen3_vl_tiny.safetensors   per case "<variant>_<batch>": logits [T, 512] f32,
-      loss (mean over the row's valid targets), "grad.<hf name>" of every parameter (vision
-      parameters absent from HF's text-only run: their gradient is zero by definition).
+      loss (mean over the row's valid targets), "grad.<hf name>" of every parameter, whole up to
+      1024 elements, else sampled with its stride in "grad_stride.<hf name>"
+      (vlm_common.sampled_gradient; 170 of the 336 gradients: every row and column of each still
+      compared; whole they made the file 9,661,048 bytes, sampled 1,612,552) (vision parameters
+      absent from HF's text-only run: their gradient is zero by definition).
 
 Reference semantics: each document runs alone (transformers computes its MRoPE ids itself from
 mm_token_type_ids), logits concatenated, loss = sum of per-document CE sums / the row's valid

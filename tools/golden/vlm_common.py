@@ -12,12 +12,16 @@ documents) — as:
       [patches, 1536] f32 and image_grid_thw [images, 3] int64.
   tests/data/<family>_<variant>/   the HF snapshot (common.save_snapshot).
   tests/golden/<family>.safetensors   per case "<variant>_<batch>": logits [T, 512] f32, loss
-      (0-dim f32), "grad.<hf name>" f32 of every parameter that has a gradient.
+      (0-dim f32), and of every parameter that has a gradient "grad.<hf name>" f32: the whole
+      gradient if it has at most GRAD_SAMPLES elements, else (sampled_gradient) its flattened
+      elements 0, s, 2s, ... [ceil(n / s)] with the stride s in "grad_stride.<hf name>" (0-dim
+      int64), s chosen so that every row and every column of its [out, fan_in] view is sampled.
 
 Reference semantics: each document runs alone (transformers computes its MRoPE ids itself from
 mm_token_type_ids, use_cache=False), logits concatenated, loss = sum of per-document CE sums /
 the row's valid count (common.documents_loss).
 """
+import math
 import os
 import shutil
 import sys
@@ -32,6 +36,9 @@ SEED = 0
 IMAGE, VIDEO, VSTART, VEND = 500, 501, 502, 503
 VOCAB = 512
 GRIDS = [(1, 4, 6), (1, 10, 8)]
+# Elements stored of a large gradient (sampled_gradient): the golden files of both families stay
+# under 2 MiB; whole gradients would take 4.9 MiB (Qwen3.5) and 9.2 MiB (Qwen3-VL).
+GRAD_SAMPLES = 1024
 
 
 def tiny_config(config_cls, text, vision, tied):
@@ -124,6 +131,27 @@ def make_batch(model, gen, docs):
     return batch, doc_grids
 
 
+def sampled_gradient(grad):
+    """The golden tensors of one gradient: {"": the gradient} if it has at most GRAD_SAMPLES
+    elements (every 1-D one: norms, biases, A_log, dt_bias), else {"": its flattened elements
+    0, s, 2s, ..., "_stride": s}. Seen as [out, fan_in] (rows: output channels, columns: inputs),
+    s <= fan_in samples every row and s <= out with gcd(s, fan_in) = 1 every column, so a wrong
+    head, channel, input feature or token row cannot hide between the samples."""
+    n = grad.numel()
+    out = grad.shape[0] if grad.dim() >= 2 else n
+    fan_in = n // out
+    s = min(-(-n // GRAD_SAMPLES), out, fan_in)
+    while s > 1 and math.gcd(s, fan_in) != 1:
+        s -= 1
+    if s <= 1:
+        return {"": grad}
+    picked = grad.reshape(-1)[::s]
+    at = torch.arange(n)[::s]
+    rows, cols = at // fan_in, at % fan_in
+    assert rows.unique().numel() == out and cols.unique().numel() == fan_in, (grad.shape, s)
+    return {"": picked, "_stride": torch.tensor(s, dtype=torch.int64)}
+
+
 def grads_of(model):
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()
             if p.grad is not None}
@@ -181,7 +209,9 @@ def write_goldens(family, variants, build_model, documents, reference, finish_va
                       metadata={"generator": os.path.relpath(sys.argv[0], REPO)})
             logits, loss, grads = reference(case, model, batch, doc_grids)
             golden.add(case, logits=logits.float(), loss=loss.float().reshape(()),
-                       **{f"grad.{n}": g.float() for n, g in grads.items()})
+                       **{f"grad{suffix}.{n}": t.float() if t.is_floating_point() else t
+                          for n, g in grads.items()
+                          for suffix, t in sampled_gradient(g).items()})
             vision = [n for n in grads if n.startswith("model.visual.")]
             image_rows = int((batch["input_ids"] == IMAGE).sum())
             print(f"{case}: {batch['input_ids'].numel()} tokens, cu_seqlens "
