@@ -12,6 +12,7 @@
 #include "src/core/autograd.h"
 #include "src/core/device_errors.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/weight_grad_gemm.h"
 
 namespace vlm {
 
@@ -337,9 +338,15 @@ void lce_bwd_cuda(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const 
     if (dw)
       kernels::cuda::gemm(dw + v0 * s.h, gemm_type<T>(), dl.data<T>(), x, gemm_type<T>(), c, s.h,
                           s.n, true, false, 1.f, 0.f, 1, 0, 0, 0, stream);
-    if (dw32) // the same product into an f32 .grad (accumulate_weight_grad), beta as given
-      kernels::cuda::gemm(dw32 + v0 * s.h, GemmType::f32, dl.data<T>(), x, gemm_type<T>(), c, s.h,
-                          s.n, true, false, 1.f, dw32_beta, 1, 0, 0, 0, stream);
+    if constexpr (std::is_same_v<T, bf16>)
+      if (dw32) { // the same product into an f32 .grad (accumulate_weight_grad), beta as given
+        kernels::cpu::GemmShape g;
+        g.M = c;
+        g.N = s.h;
+        g.K = s.n;
+        g.trans_a = true;
+        weight_grad_gemm(dw32 + v0 * s.h, dl.data<T>(), x, g, dw32_beta, device);
+      }
     if (dx)
       kernels::cuda::gemm(acc, GemmType::f32, dl.data<T>(), w + v0 * s.h, gemm_type<T>(), s.n, s.h,
                           c, false, false, 1.f, v0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, stream);

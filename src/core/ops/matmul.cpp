@@ -8,6 +8,7 @@
 #include "src/core/ops/common.h"
 #include "src/core/ops/reduce.h"
 #include "src/core/ops/shape_ops.h"
+#include "src/core/ops/weight_grad_gemm.h"
 
 namespace vlm {
 
@@ -21,24 +22,13 @@ thread_local LinearInterceptor* t_linear_interceptor = nullptr;
 // c = op(a) op(b) + beta * c on contiguous tensors of one device: a and b of one dtype, c of
 // theirs, or f32 for bf16 a and b (weight gradients into an fp32 .grad, accumulate_weight_grad).
 // On CUDA through cuBLASLt (kernels/gemm.h): fp32 accumulation, each output rounded to c's dtype
-// once.
+// once; the mixed product through weight_grad_gemm, which checks that call at first use.
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, const GemmShape& s, float beta = 0.f) {
   if (c.dtype() != a.dtype()) {
     VLM_CHECK(a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::f32,
               "matmul: a mixed-precision product takes bf16 inputs into an f32 output, got ",
               describe("a", a), ", ", describe("b", b), ", ", describe("c", c));
-    dispatch_device(
-        "matmul", a.device(),
-        [&] {
-          kernels::cpu::gemm_bf16_f32(c.data<float>(), a.data<bf16>(), b.data<bf16>(), s, 1.f,
-                                      beta);
-        },
-        [&](auto stream) {
-          kernels::cuda::gemm(c.data_ptr(), kernels::cuda::GemmType::f32, a.data_ptr(),
-                              b.data_ptr(), kernels::cuda::GemmType::bf16, s.M, s.N, s.K, s.trans_a,
-                              s.trans_b, 1.f, beta, s.batch, s.stride_a, s.stride_b, s.stride_c,
-                              stream);
-        });
+    weight_grad_gemm(c.data<float>(), a.data<bf16>(), b.data<bf16>(), s, beta, a.device());
     return;
   }
   dispatch(

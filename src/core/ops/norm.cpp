@@ -6,6 +6,7 @@
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/elementwise.h"
+#include "src/core/ops/fused_norm_check.h"
 
 namespace vlm {
 
@@ -241,6 +242,13 @@ std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& h, const T
   check_operand(op, "weight", weight, x, false);
   check_cuda_dtype(op, x);
   const RmsNormWeight mode = rms_weight_mode(weight, zero_centered);
+  // The CUDA kernels run once their first-use check passed (src/core/ops/fused_norm_check.h);
+  // otherwise the primitives they fuse, with their own kernels and autograd.
+  if (x.device().is_cuda() && !add_rms_norm_cuda_passes(x.dtype(), x.size(-1), mode, x.device())) {
+    Tensor sum = add(x, h);
+    return {sum,
+            zero_centered ? rms_norm_zero_centered(sum, weight, eps) : rms_norm(sum, weight, eps)};
+  }
   Tensor xc = plain(x), hc = plain(h), wc = plain(weight);
   Tensor sum = empty_like(x), out = empty_like(x), rstd = row_stats(x);
   dispatch(

@@ -7,7 +7,9 @@
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/fused_norm_check.h"
 #include "src/core/ops/index.h"
+#include "src/core/ops/norm.h"
 #include "src/core/ops/shape_ops.h"
 
 namespace vlm {
@@ -229,6 +231,12 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, double eps, const Ro
   const kernels::RmsNormWeight mode = !weight.defined() ? kernels::RmsNormWeight::none
                                       : zero_centered   ? kernels::RmsNormWeight::offset
                                                         : kernels::RmsNormWeight::scale;
+  // CUDA: the fused kernels once their first-use check passed (fused_norm_check.h), else the
+  // primitives they fuse.
+  if (x.device().is_cuda() &&
+      !rms_norm_rope_cuda_passes(x.dtype(), x.size(2), tables.rotary_dim, mode, x.device()))
+    return rope(zero_centered ? rms_norm_zero_centered(x, weight, eps) : rms_norm(x, weight, eps),
+                tables);
   Tensor xc = plain(x), wc = plain(weight), cos = plain(tables.cos), sin = plain(tables.sin);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const DType stats = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
