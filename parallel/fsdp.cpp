@@ -49,10 +49,15 @@ struct FsdpUnit {
   std::vector<ShardedParam> params;
   DType dtype = DType::f32, grad_dtype = DType::f32, reduce_dtype = DType::f32;
   int64_t shard_numel = 0, full_numel = 0;
-  Tensor flat_shard;     // [shard_numel] dtype: the shards, persistent
-  Tensor flat_grad;      // [shard_numel] grad_dtype: the gradient shards of the step
-  Tensor unsharded_grad; // [ranks x shard_numel] grad_dtype (reduce_every_micro_step = false)
-  Tensor full_buffer;    // [full_numel] dtype; released while sharded (the flat shard if 1 rank)
+  Tensor flat_shard; // [shard_numel] dtype: the shards, persistent
+  Tensor flat_grad;  // [shard_numel] grad_dtype: the gradient shards of the step
+  // [full_numel] grad_dtype, laid out as the whole parameters (full_offset), with more than one
+  // rank: whole gradients not reduced yet — the micro-steps' before the last with
+  // reduce_every_micro_step = false, and this backward's fp32 weight gradients written straight
+  // from the GEMMs (bf16 units). Undefined while it holds nothing.
+  Tensor whole_grad;
+  std::vector<char> whole_grad_holds; // per parameter: its slot in whole_grad holds a gradient
+  Tensor full_buffer; // [full_numel] dtype; released while sharded (the flat shard if 1 rank)
   State state = State::sharded;
   std::unique_ptr<Work> gather_work;
   Tensor gather_recv;
@@ -66,17 +71,25 @@ struct FsdpUnit {
 namespace {
 
 // The autograd node whose outputs are a unit's whole parameters: it runs once all their gradients
-// have arrived, i.e. when the unit's backward is done, and reduces them.
+// have arrived, i.e. when the unit's backward is done, and reduces them. The weight gradients of
+// a bf16 unit's parameters reach it as fp32 writes straight from the GEMMs into the unit's f32
+// gradient buffer (accept_direct_grad, autograd's accumulate_weight_grad) rather than as bf16
+// tensors, as an unsharded bf16 parameter's reach its f32 .grad.
 class FsdpGatherNode final : public Node {
 public:
   FsdpGatherNode(std::weak_ptr<Fsdp::Impl> impl, FsdpUnit* unit)
       : impl_(std::move(impl)), unit_(unit) {}
   const char* name() const override { return "FsdpReduceGradients"; }
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override;
+  bool accept_direct_grad(int output_nr, const GradWriter& write) override;
+  bool took_direct_grad(size_t output_nr) const override {
+    return output_nr < took_direct_.size() && took_direct_[output_nr];
+  }
 
 private:
   std::weak_ptr<Fsdp::Impl> impl_;
   FsdpUnit* unit_;
+  std::vector<char> took_direct_; // per output (parameter), in the current backward pass
 };
 
 // Identity on a block's outputs: in backward it runs before any node of the block and gathers the
@@ -310,12 +323,75 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
 
   // --- gradient reduction ------------------------------------------------------------------------
 
+  // Parameter i's slot in a buffer laid out as the whole parameters (whole_grad; with one rank
+  // the flat gradient, whose shard offsets are the full offsets), as a tensor of its shape.
+  static Tensor param_slot(const FsdpUnit& u, const Tensor& buffer, size_t i) {
+    const ShardedParam& p = u.params[i];
+    return buffer.as_strided(p.full_shape, contiguous_strides(p.full_shape),
+                             buffer.offset() + p.full_offset);
+  }
+
+  // whole_grad, if it is not there yet, holding nothing (not zeroed: each slot's first write
+  // overwrites it).
+  void allocate_whole_grad(FsdpUnit& u) {
+    if (u.whole_grad.defined()) return;
+    u.whole_grad = Tensor::empty({u.full_numel}, u.grad_dtype, device);
+    u.whole_grad_holds.assign(u.params.size(), 0);
+  }
+
+  // accept_direct_grad of the unit's gather node: a weight gradient of a bf16 parameter, written
+  // in fp32 by the op straight into the buffer its gradients are accumulated in before the
+  // reduction — with one rank the flat gradient (zeroed on a step's first micro-step: beta = 1),
+  // else whole_grad (beta = 0 for a slot that holds nothing yet). False for any other unit.
+  bool write_grad_directly(FsdpUnit& u, size_t i, const GradWriter& write) {
+    if (u.dtype != DType::bf16 || u.grad_dtype != DType::f32 || i >= u.params.size()) return false;
+    NoGradGuard no_grad;
+    if (ranks == 1) {
+      Tensor slot = param_slot(u, u.flat_grad, i);
+      write(slot, 1.f);
+      return true;
+    }
+    allocate_whole_grad(u);
+    Tensor slot = param_slot(u, u.whole_grad, i);
+    write(slot, u.whole_grad_holds[i] ? 1.f : 0.f); // a parameter used twice (tied) adds
+    u.whole_grad_holds[i] = 1;
+    return true;
+  }
+
+  // This backward's gradients that came through the graph (undefined: all of it was written
+  // directly) added into whole_grad, which afterwards holds every parameter's.
+  void add_to_whole_grad(FsdpUnit& u, const std::vector<Tensor>& grads) {
+    allocate_whole_grad(u);
+    for (size_t i = 0; i < u.params.size(); i++) {
+      Tensor slot = param_slot(u, u.whole_grad, i);
+      if (!grads[i].defined()) {
+        VLM_CHECK(u.whole_grad_holds[i], "FSDP unit ", u.name, ": no gradient for ",
+                  u.params[i].name);
+        continue;
+      }
+      if (u.whole_grad_holds[i])
+        add_(slot, grads[i].dtype() == slot.dtype() ? grads[i] : cast(grads[i], slot.dtype()));
+      else
+        copy_(slot, grads[i]);
+      u.whole_grad_holds[i] = 1;
+    }
+  }
+
+  // The parameters' slots of whole_grad, as pack_add takes gradients.
+  std::vector<Tensor> whole_grad_slots(const FsdpUnit& u) const {
+    std::vector<Tensor> slots;
+    for (size_t i = 0; i < u.params.size(); i++) slots.push_back(param_slot(u, u.whole_grad, i));
+    return slots;
+  }
+
   // grads of the whole parameters into [rank][shard] order, added into `dst` [ranks x S] (a
-  // zeroed send buffer, or the unsharded accumulation buffer).
+  // zeroed send buffer, or the flat gradient with one rank); an undefined gradient (written
+  // straight into dst) adds nothing.
   void pack_add(const FsdpUnit& u, const std::vector<Tensor>& grads, Tensor& dst) {
     const int64_t S = u.shard_numel;
     for (size_t i = 0; i < u.params.size(); i++) {
       const ShardedParam& p = u.params[i];
+      if (!grads[i].defined()) continue;
       const Tensor g = reshape(grads[i].contiguous(), {p.rows * p.row_numel});
       for (int r = 0; r < ranks; r++) {
         const int64_t lo = std::min(p.rows, int64_t(r) * p.shard_rows);
@@ -336,17 +412,14 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
       pack_add(u, grads, u.flat_grad); // the shard is the whole gradient: no reduce-scatter
       if (last) start_replicate(u);
     } else if (!sync) {
-      if (!u.unsharded_grad.defined())
-        u.unsharded_grad = Tensor::zeros({ranks * u.shard_numel}, u.grad_dtype, device);
-      pack_add(u, grads, u.unsharded_grad);
+      add_to_whole_grad(u, grads); // reduced on the last micro-step
     } else {
-      Tensor send;
-      if (u.unsharded_grad.defined()) {
-        pack_add(u, grads, u.unsharded_grad);
-        send = u.unsharded_grad.to(u.reduce_dtype);
-        u.unsharded_grad = Tensor();
+      Tensor send = Tensor::zeros({ranks * u.shard_numel}, u.reduce_dtype, device);
+      if (u.whole_grad.defined()) { // earlier micro-steps' or direct writes: sum in f32, then pack
+        add_to_whole_grad(u, grads);
+        pack_add(u, whole_grad_slots(u), send);
+        u.whole_grad = Tensor();
       } else {
-        send = Tensor::zeros({ranks * u.shard_numel}, u.reduce_dtype, device);
         pack_add(u, grads, send);
       }
       Tensor out = Tensor::empty({u.shard_numel}, u.reduce_dtype, device);
@@ -385,7 +458,16 @@ namespace {
 
 std::vector<Tensor> FsdpGatherNode::apply(std::vector<Tensor>& grads) {
   if (auto impl = impl_.lock()) impl->post_backward(*unit_, grads);
+  took_direct_.assign(took_direct_.size(), 0);
   return {};
+}
+
+bool FsdpGatherNode::accept_direct_grad(int output_nr, const GradWriter& write) {
+  auto impl = impl_.lock();
+  if (!impl || !impl->write_grad_directly(*unit_, size_t(output_nr), write)) return false;
+  if (took_direct_.size() < outputs.size()) took_direct_.resize(outputs.size(), 0);
+  took_direct_[size_t(output_nr)] = 1;
+  return true;
 }
 
 std::vector<Tensor> FsdpPreBackwardNode::apply(std::vector<Tensor>& grads) {
@@ -466,6 +548,7 @@ void Fsdp::begin_micro_step(bool first, bool last) {
   if (first)
     for (auto& u : m.units) {
       fill_(u->flat_grad, 0.0);
+      u->whole_grad = Tensor(); // left over only by a step that did not reach its last micro-step
       for (ShardedParam& p : u->params)
         p.shard.set_grad(u->flat_grad.as_strided(p.shard.shape(), p.shard.strides(),
                                                  u->flat_grad.offset() + p.shard_offset));
@@ -542,7 +625,7 @@ FsdpMemory Fsdp::memory() const {
     const int64_t size = int64_t(dtype_size(u->dtype)), gsize = int64_t(dtype_size(u->grad_dtype));
     r.param_bytes += u->shard_numel * size;
     r.grad_bytes += u->shard_numel * gsize;
-    if (u->unsharded_grad.defined()) r.grad_bytes += int64_t(u->unsharded_grad.nbytes());
+    if (u->whole_grad.defined()) r.grad_bytes += int64_t(u->whole_grad.nbytes());
     r.full_param_bytes += u->full_numel * size;
     r.full_grad_bytes += u->full_numel * gsize;
     r.trainable_elements += u->full_numel;

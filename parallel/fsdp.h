@@ -23,13 +23,19 @@
 //             into the same memory (prefetching the block before it); the gather node runs once
 //             every gradient of the unit's parameters has arrived: it packs them into
 //             [rank][shard] order in reduce_dtype and starts the reduce-scatter (the previous
-//             unit's is finished first, so at most one is in flight), then reshards the unit;
+//             unit's is finished first, so at most one is in flight), then reshards the unit.
+//             A bf16 unit's weight gradients (linear, matmul, embedding, the fused lm_head loss)
+//             do not arrive as bf16 tensors: the ops write them in fp32 straight from the GEMM
+//             into the unit's f32 gradient buffer (autograd's accumulate_weight_grad, as for an
+//             unsharded bf16 parameter's f32 .grad) — the flat gradient with one rank, else a
+//             whole-gradient buffer that is packed from — so no micro-batch's gradient is
+//             rounded to bf16 before the reduction (which rounds once with a bf16 reduce_dtype);
 //   end       every reduction is finished and added into the units' flat gradient (fp32; f64
 //             for f64 models), which is the .grad of the shard leaves; on the last micro-step of
 //             a step, replicas (dp_replicate > 1: HSDP, or DDP when dp_shard = 1) all-reduce it.
 // With reduce_every_micro_step = false, the non-final micro-steps only add their gradients into
-// an unsharded fp32 buffer (no communication; memory of a whole gradient), reduced once on the
-// last micro-step. Activation checkpointing (applied before FSDP) recomputes inside the unit's
+// that whole fp32 gradient buffer (no communication; memory of a whole gradient), reduced once on
+// the last micro-step. Activation checkpointing (applied before FSDP) recomputes inside the unit's
 // backward, after the identity node gathered it, so the two compose.
 //
 // Every rank runs every unit's collectives every micro-step in the same order: the model must run

@@ -92,7 +92,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
   return {};
 }
 
-bool AccumulateGrad::accumulate_directly(const GradWriter& write) {
+bool AccumulateGrad::accept_direct_grad(int, const GradWriter& write) {
   Tensor leaf(leaf_);
   if (leaf.dtype() != DType::bf16 || leaf.grad_dtype() != DType::f32) return false;
   auto& meta = leaf.autograd_meta();
@@ -110,8 +110,7 @@ bool AccumulateGrad::accumulate_directly(const GradWriter& write) {
 }
 
 bool accumulate_weight_grad(const Edge& edge, const GradWriter& write) {
-  auto* acc = dynamic_cast<AccumulateGrad*>(edge.fn.get());
-  return acc && acc->accumulate_directly(write);
+  return edge.fn && edge.fn->accept_direct_grad(edge.input_nr, write);
 }
 
 namespace {
@@ -132,17 +131,15 @@ public:
   }
 
   // The node's gradients, taken out of the buffers (it runs once); an output that no gradient
-  // reached gets zeros, so apply() always sees one defined gradient per output.
+  // reached gets zeros, so apply() sees one defined gradient per output — except an output whose
+  // gradient was written straight into the node's storage (took_direct_grad), which gets none.
   std::vector<Tensor> take(const Node& node) {
     auto it = grads_.find(&node);
     std::vector<Tensor> gin = it != grads_.end() ? std::move(it->second) : std::vector<Tensor>{};
     if (it != grads_.end()) grads_.erase(it);
     gin.resize(std::max<size_t>(node.outputs.size(), gin.size()));
-    // A leaf whose gradients were all written straight into its .grad gets none here.
-    auto* acc = dynamic_cast<const AccumulateGrad*>(&node);
-    if (acc && acc->accumulated_directly()) return gin;
     for (size_t k = 0; k < node.outputs.size(); k++)
-      if (!gin[k].defined()) {
+      if (!gin[k].defined() && !node.took_direct_grad(k)) {
         auto& m = node.outputs[k];
         gin[k] = Tensor::zeros(m.shape, m.dtype, m.device);
       }

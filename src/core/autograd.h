@@ -28,15 +28,28 @@ struct OutputMeta {
   Device device;
 };
 
+// Writes a weight gradient into `grad` in grad's dtype: beta = 1 adds it to grad's contents,
+// beta = 0 overwrites them (see accumulate_weight_grad).
+using GradWriter = std::function<void(Tensor& grad, float beta)>;
+
 class Node {
 public:
   virtual ~Node() = default;
   virtual const char* name() const = 0;
-  // Gradients w.r.t. this node's outputs (all defined) -> gradients w.r.t. its inputs, one per
-  // next_edges entry (an undefined tensor where an input needs no gradient).
+  // Gradients w.r.t. this node's outputs -> gradients w.r.t. its inputs, one per next_edges entry
+  // (an undefined tensor where an input needs no gradient). Every gradient is defined, except for
+  // an output that took a direct write (took_direct_grad) and got nothing through the graph.
   virtual std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) = 0;
   // Frees saved tensors once the node has run (unless the graph is retained).
   virtual void release() {}
+  // accumulate_weight_grad's part: a node that keeps the gradient of its output `output_nr` in
+  // f32 storage of its own may let the op write it there, calling write(storage, beta) and
+  // returning true (the op then returns no gradient for that input). Default: false, nothing
+  // written. Overridden by AccumulateGrad and FSDP's gather node.
+  virtual bool accept_direct_grad(int /*output_nr*/, const GradWriter& /*write*/) { return false; }
+  // Whether output k took a direct write in the current pass (the engine then passes apply() an
+  // undefined gradient for k where nothing arrived through the graph, instead of zeros).
+  virtual bool took_direct_grad(size_t /*output_nr*/) const { return false; }
   // Whether input k leads anywhere that wants a gradient (skip computing it otherwise).
   bool needs_input_grad(size_t k) const { return k < next_edges.size() && next_edges[k].fn; }
 
@@ -44,10 +57,6 @@ public:
   std::vector<OutputMeta> outputs;
   uint64_t sequence_nr = 0;
 };
-
-// Writes a weight gradient into `grad` in grad's dtype: beta = 1 adds it to grad's contents,
-// beta = 0 overwrites them (see accumulate_weight_grad).
-using GradWriter = std::function<void(Tensor& grad, float beta)>;
 
 // Accumulates incoming gradient into a leaf's .grad (in its grad_dtype) and runs its
 // post-accumulate hooks.
@@ -58,12 +67,10 @@ public:
   // Runs once per backward pass, after every gradient of the pass reached the leaf: adds the
   // incoming gradient (undefined when all of it was written directly) and runs the hooks.
   std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
-  // accumulate_weight_grad's part: writes into .grad directly when the leaf is bf16 with an f32
-  // grad_dtype (false: nothing written).
-  bool accumulate_directly(const GradWriter& write);
-  // Whether some gradient of the current pass was written directly (apply then takes an
-  // undefined gradient where none arrived through the graph).
-  bool accumulated_directly() const { return accumulated_directly_; }
+  // Writes into .grad directly when the leaf is bf16 with an f32 grad_dtype (false: nothing
+  // written).
+  bool accept_direct_grad(int output_nr, const GradWriter& write) override;
+  bool took_direct_grad(size_t) const override { return accumulated_directly_; }
 
 private:
   std::shared_ptr<TensorImpl> leaf_;
@@ -71,18 +78,22 @@ private:
 };
 
 // Weight gradients of bf16 parameters in fp32 straight from the GEMM (issue 34). A bf16
-// parameter whose .grad accumulates in f32 (set_grad_dtype(f32), as the trainer sets it, AMP's
-// rule) would otherwise get each pass's gradient rounded to bf16 by the backward GEMM before
-// AccumulateGrad widens it and adds it. When `edge` (a node's input edge) leads straight to such
-// a leaf's AccumulateGrad, this calls write(grad, beta) with the leaf's f32 .grad and beta = 1,
-// or, when .grad is undefined, with a fresh f32 tensor of the leaf's shape and beta = 0 (it
-// becomes .grad), and returns true: the node then returns an undefined gradient for that input.
-// The leaf's post-accumulate hooks still run once per pass, when its AccumulateGrad node runs
-// (after every gradient of the pass has reached the leaf, written directly or not). Returns
-// false, writing nothing, for any other edge: another leaf dtype or grad_dtype, a .grad that is
-// not a contiguous f32 tensor on the leaf's device, or a node between the op and the leaf (e.g.
-// FSDP's gather node, whose gathered copies are what the forward used); the node returns its
-// gradient as usual then.
+// parameter whose gradient accumulates in f32 (set_grad_dtype(f32), as the trainer sets it,
+// AMP's rule; FSDP's f32 gradient buffers) would otherwise get each pass's gradient rounded to
+// bf16 by the backward GEMM before it is widened and added. This asks the node that `edge` (an
+// op's input edge) leads to (Node::accept_direct_grad) to take the gradient as a write into its
+// f32 storage; on true the op returns an undefined gradient for that input. Two nodes accept:
+//   * a bf16 leaf's AccumulateGrad with an f32 grad_dtype: write(grad, beta) gets the leaf's f32
+//     .grad and beta = 1, or, when .grad is undefined, a fresh f32 tensor of the leaf's shape and
+//     beta = 0 (it becomes .grad). The leaf's post-accumulate hooks still run once per pass, when
+//     its AccumulateGrad node runs (after every gradient of the pass reached the leaf, written
+//     directly or not);
+//   * FSDP's gather node of a bf16 unit (parallel/fsdp.cpp): the parameter's slot in the unit's
+//     f32 gradient buffer, beta = 0 when the slot holds nothing yet; the reduction still runs
+//     once, when the gather node runs after every gradient of the unit arrived.
+// Returns false, writing nothing, for any other edge: another leaf dtype or grad_dtype, a .grad
+// that is not a contiguous f32 tensor on the leaf's device, or any other node between the op
+// and the leaf; the op returns its gradient as usual then.
 bool accumulate_weight_grad(const Edge& edge, const GradWriter& write);
 
 struct AutogradMeta {

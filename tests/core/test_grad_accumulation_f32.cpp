@@ -2,12 +2,14 @@
 // accumulate_weight_grad in src/core/autograd.h): a bf16 leaf with an f32 grad_dtype gets the
 // weight (and bias) gradient of linear / matmul written in f32 into its .grad, never rounded to
 // bf16 first; its post-accumulate hooks still run once per backward pass; a node between the op
-// and the leaf (FSDP's gathered copies) keeps today's route; other leaves are unchanged.
+// and the leaf (a copy, a mul) keeps the old route, except FSDP's gather node, which takes the
+// write into its f32 gradient buffer (tests/parallel/test_fsdp_grad_f32.cpp); other leaves are
+// unchanged.
 //
 // Errors are max-norm relative errors against the f64 product of the same bf16 values, over two
 // backward passes (gradient accumulation) of 2048 rows each. Measured on x86-64 (OpenBLAS): the
 // fp32 route 6.2e-7 (weight) and 8.2e-8 (bias), while rounding each pass's gradient to bf16 (the
-// old route, which a node between the op and the leaf still takes) gives 2.4e-3 and 1.6e-3. The
+// old route, which a copy between the op and the leaf still takes) gives 2.4e-3 and 1.6e-3. The
 // bound is 1e-5, and the old route is required to exceed 1e-4.
 #include <catch2/catch.hpp>
 
@@ -74,7 +76,8 @@ TEST_CASE("grad accumulation f32: a bf16 Linear's weight and bias gradients reac
           "[core]") {
   Rng rng(34);
   Tensor w = bf16_leaf({kOut, kIn}, rng), b = bf16_leaf({kOut}, rng);
-  // A copy of the same values behind a node (as FSDP's gathered parameters are): the old route.
+  // A copy of the same values behind a copy node: the old route (a node that is neither the
+  // leaf's AccumulateGrad nor FSDP's gather node returns the gradient in bf16).
   Tensor w_old = bf16_leaf({kOut, kIn}, rng), b_old = bf16_leaf({kOut}, rng);
   {
     NoGradGuard no_grad;

@@ -279,9 +279,15 @@ TEST_CASE("fsdp memory: parameters, gradients and AdamW state per rank are ~1/dp
 }
 
 TEST_CASE("fsdp bf16: bf16 parameters, gradients reduced in f32 or bf16, track one process") {
-  // bf16 rounds every parameter and activation: the runs agree to bf16's precision, not 1e-6.
-  // What this checks is the bf16 path itself: bf16 shards gathered, bf16 gradients packed into
-  // f32 (or bf16) buffers, fp32 gradient shards and AdamW masters.
+  // bf16 rounds every parameter and activation. A step's gradients agree to fp32 rounding
+  // (test_fsdp_grad_f32_mpi.cpp: weight gradients reach FSDP's f32 buffers straight from the
+  // GEMM), but a master that differs in its last bits now and then rounds to another bf16 value,
+  // and AdamW passes that on; a bf16 reduce dtype rounds every reduction. Measured over 5 steps on
+  // 2 and 4 ranks: losses <= 1.2e-5 with an f32 reduce (3.5e-5 while each micro-batch's weight
+  // gradient was rounded to bf16) and <= 2.6e-5 with a bf16 one; parameters (L2) <= 2.0e-3 (4.7e-3
+  // before) and <= 4.0e-3; on 1 rank both 0. Bounds 1e-4 and 1e-2 (bf16's precision is 4e-3).
+  // What this checks is the bf16 path itself: bf16 shards gathered, fp32 weight gradients in f32
+  // buffers, reduced in f32 (or bf16), fp32 gradient shards and AdamW masters.
   const int world = parallel::world_group()->size();
   for (const Family& f : {all_families()[0], all_families()[2]}) {
     train::TrainConfig c = equivalence_config();
@@ -297,12 +303,12 @@ TEST_CASE("fsdp bf16: bf16 parameters, gradients reduced in f32 or bf16, track o
       for (size_t s = 0; s < want.losses.size(); s++)
         worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) /
                                     std::max(std::abs(want.losses[s]), 1e-30));
-      CHECK(worst <= 1e-2);
+      CHECK(worst <= 1e-4);
       double worst_l2 = 0;
       for (const auto& [name, values] : want.params)
         worst_l2 = std::max(
             worst_l2, rel_l2(comparable(name, got.params.at(name)), comparable(name, values)));
-      CHECK(worst_l2 <= 2e-2);
+      CHECK(worst_l2 <= 1e-2);
       if (mesh.world().rank() == 0)
         std::printf("bf16, %s, reduce %s: worst loss error %.2e, worst parameter L2 error %.2e\n",
                     f.name, dtype_name(reduce), worst, worst_l2);
