@@ -1,5 +1,6 @@
-// Optimizer kernels: the fused AdamW update and the blocked sum of squares behind global-norm
-// gradient clipping (CPU: one tensor at a time; CUDA: multi-tensor, norm and clip on the device).
+// Optimizer kernels: the fused AdamW update, the blocked sum of squares behind global-norm
+// gradient clipping (CPU: one tensor at a time; CUDA: multi-tensor, norm and clip on the device)
+// and the training step's non-finite guard (the clip coefficient and AdamW's skip flag).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,14 @@ void adamw_step(T* param, S* master, const G* grad, S* exp_avg, S* exp_avg_sq, i
 // order: bit-identical for any number of threads.
 template <typename T> double sum_squares(const T* x, int64_t n);
 
+// The non-finite guard of a training step, on its scalars s (f64, m + 3 values). Given s[0, m),
+// the micro-batch loss sums, and s[m], the squared global gradient norm, it writes
+//   s[m + 1] = the clip coefficient min(1, max_norm / (sqrt(s[m]) + 1e-6)), the arithmetic of
+//              optim::clip_coefficient; 1 when max_norm <= 0 or s[m] is not finite;
+//   s[m + 2] = AdamW's skip flag: 1 when s[m] or the sum of s[0, m) (added in index order, as the
+//              host adds them) is not finite, else 0.
+void step_guard(double* s, int64_t m, double max_norm);
+
 } // namespace cpu
 
 // GPU versions (kernels/cuda/optim.cu); pointers on the current device, asynchronous on `stream`.
@@ -65,9 +74,11 @@ struct AdamWTensor {
 // adamw_step over `count` tensors (host array) in one launch: every block updates one fixed-size
 // chunk of one tensor; per element exactly adamw_step's arithmetic. All tensors of a call share
 // (T, G): (float, float), (bf16, bf16) or (bf16, float). The descriptors are copied to the device
-// (stream-ordered, no synchronization).
+// (stream-ordered, no synchronization). `skip` (nullable): a device f64 scalar read by every
+// block; when it is nonzero the launch writes nothing (parameters, masters and moments stay as
+// they are), so the host can queue the update before it knows whether the step is finite.
 template <typename T, typename G>
-void adamw_multi_step(const AdamWTensor* tensors, int64_t count, void* stream);
+void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* skip, void* stream);
 
 // --- multi-tensor gradient norm and clipping --------------------------------------------------
 // A list of gradients handled by a handful of launches, whatever its length: the descriptor table
@@ -105,6 +116,9 @@ void multi_sum_squares(double* out, double* partials, const GradSpan* tensors, i
 // 1 or NaN); without it c = coef_host, always applied. Launches: ceil(count / kGradSpansPerLaunch).
 void multi_scale(const GradSpan* tensors, int64_t count, const double* coef_device,
                  double coef_host, void* stream);
+
+// cpu::step_guard on device memory s: one launch of one thread (m is the micro-step count).
+void step_guard(double* s, int64_t m, double max_norm, void* stream);
 
 } // namespace cuda
 } // namespace vlm::kernels

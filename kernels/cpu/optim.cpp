@@ -58,6 +58,17 @@ template <typename T> double sum_squares(const T* x, int64_t n) {
   return total;
 }
 
+void step_guard(double* s, int64_t m, double max_norm) {
+  double loss_sum = 0;
+  for (int64_t i = 0; i < m; i++) loss_sum += s[i];
+  const double norm_sq = s[m];
+  double coef = 1.0;
+  if (max_norm > 0 && std::isfinite(norm_sq))
+    coef = std::min(1.0, max_norm / (std::sqrt(norm_sq) + 1e-6));
+  s[m + 1] = coef;
+  s[m + 2] = std::isfinite(loss_sum) && std::isfinite(norm_sq) ? 0.0 : 1.0;
+}
+
 template void adamw_step<float, float, float>(float*, float*, const float*, float*, float*, int64_t,
                                               const AdamWStepArgs&);
 template void adamw_step<double, double, double>(double*, double*, const double*, double*, double*,

@@ -1,5 +1,6 @@
-// AdamW (single- and multi-tensor) and the multi-tensor sum of squares and scaling behind
-// gradient clipping on the GPU, declared in kernels/optim.h. AdamW is written with the _rn
+// AdamW (single- and multi-tensor, the latter with a device-side skip flag), the multi-tensor sum
+// of squares and scaling behind gradient clipping, and the step's non-finite guard on the GPU,
+// declared in kernels/optim.h. AdamW is written with the _rn
 // intrinsics so that nvcc contracts nothing into an FMA: every element gets exactly the CPU
 // kernel's fp32 operations (IEEE division and square root).
 #include "kernels/optim.h"
@@ -78,7 +79,8 @@ struct MultiDesc {
 
 template <typename T, typename G>
 __global__ void __launch_bounds__(kThreads)
-    adamw_multi_kernel(const MultiDesc* descs, int64_t count, int64_t tasks) {
+    adamw_multi_kernel(const MultiDesc* descs, int64_t count, int64_t tasks, const double* skip) {
+  if (skip && *skip != 0.0) return; // a non-finite step: nothing changes
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
     int64_t lo = 0, hi = count - 1; // the last tensor whose first_task <= task
     while (lo < hi) {
@@ -240,6 +242,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// kernels::cpu::step_guard, by one thread: the same fp64 operations in the same order.
+__global__ void step_guard_kernel(double* s, int64_t m, double max_norm) {
+  double loss_sum = 0;
+  for (int64_t i = 0; i < m; i++) loss_sum = __dadd_rn(loss_sum, s[i]);
+  const double norm_sq = s[m];
+  double coef = 1.0;
+  if (max_norm > 0 && isfinite(norm_sq)) {
+    coef = __ddiv_rn(max_norm, __dadd_rn(__dsqrt_rn(norm_sq), 1e-6));
+    if (!(coef < 1.0)) coef = 1.0;
+  }
+  s[m + 1] = coef;
+  s[m + 2] = isfinite(loss_sum) && isfinite(norm_sq) ? 0.0 : 1.0;
+}
+
 // Blocks of a multi-tensor launch: one per task up to what fills any GPU several times over; a
 // block loops over the tasks after its own (the partial of a task does not depend on which block
 // computed it).
@@ -290,7 +306,7 @@ void adamw_step(T* param, S* master, const G* grad, S* exp_avg, S* exp_avg_sq, i
 }
 
 template <typename T, typename G>
-void adamw_multi_step(const AdamWTensor* tensors, int64_t count, void* stream) {
+void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* skip, void* stream) {
   std::vector<MultiDesc> descs;
   descs.reserve(size_t(count));
   int64_t tasks = 0;
@@ -310,7 +326,7 @@ void adamw_multi_step(const AdamWTensor* tensors, int64_t count, void* stream) {
   // From pageable memory: the call returns once `descs` has been staged, so it may go away.
   VLM_CUDA_CHECK(cudaMemcpyAsync(d_descs, descs.data(), bytes, cudaMemcpyHostToDevice, s));
   adamw_multi_kernel<cuda_t<T>, cuda_t<G>>
-      <<<grid_blocks(tasks, 1), kThreads, 0, s>>>(d_descs, int64_t(descs.size()), tasks);
+      <<<grid_blocks(tasks, 1), kThreads, 0, s>>>(d_descs, int64_t(descs.size()), tasks, skip);
   check_last_launch("adamw_multi_step");
   free_async(d_descs, s);
 }
@@ -345,14 +361,20 @@ void multi_scale(const GradSpan* tensors, int64_t count, const double* coef_devi
   });
 }
 
+void step_guard(double* s, int64_t m, double max_norm, void* stream) {
+  step_guard_kernel<<<1, 1, 0, as_stream(stream)>>>(s, m, max_norm);
+  check_last_launch("step_guard (non-finite check and clip coefficient)");
+}
+
 template void adamw_step<float, float, float>(float*, float*, const float*, float*, float*, int64_t,
                                               const AdamWStepArgs&, void*);
 template void adamw_step<vlm::bf16, vlm::bf16, float>(vlm::bf16*, float*, const vlm::bf16*, float*,
                                                       float*, int64_t, const AdamWStepArgs&, void*);
 template void adamw_step<vlm::bf16, float, float>(vlm::bf16*, float*, const float*, float*, float*,
                                                   int64_t, const AdamWStepArgs&, void*);
-template void adamw_multi_step<float, float>(const AdamWTensor*, int64_t, void*);
-template void adamw_multi_step<vlm::bf16, vlm::bf16>(const AdamWTensor*, int64_t, void*);
-template void adamw_multi_step<vlm::bf16, float>(const AdamWTensor*, int64_t, void*);
+template void adamw_multi_step<float, float>(const AdamWTensor*, int64_t, const double*, void*);
+template void adamw_multi_step<vlm::bf16, vlm::bf16>(const AdamWTensor*, int64_t, const double*,
+                                                     void*);
+template void adamw_multi_step<vlm::bf16, float>(const AdamWTensor*, int64_t, const double*, void*);
 
 } // namespace vlm::kernels::cuda

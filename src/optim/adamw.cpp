@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -42,6 +43,34 @@ struct CudaBatch {
   std::vector<Tensor> keep; // contiguous gradients, alive until the launch is enqueued
 };
 
+// The skip flag of step() where each parameter lives: read once on the host for CPU parameters,
+// copied once to each CUDA device it is not on already.
+class SkipFlag {
+public:
+  explicit SkipFlag(const Tensor& skip) : skip_(skip) {
+    VLM_CHECK(!skip.defined() || (skip.numel() == 1 && skip.dtype() == DType::f64),
+              "AdamW::step: the skip flag must be one f64 value, got ", skip.desc());
+  }
+  bool on_host() {
+    if (!host_) host_ = skip_.defined() && skip_.to_doubles()[0] != 0.0;
+    return *host_;
+  }
+  // nullptr without a flag.
+  const double* on_device(Device device) {
+    if (!skip_.defined()) return nullptr;
+    if (skip_.device() == device) return skip_.data<double>();
+    for (const Tensor& c : copies_)
+      if (c.device() == device) return c.data<double>();
+    copies_.push_back(skip_.to(device));
+    return copies_.back().data<double>();
+  }
+
+private:
+  Tensor skip_;
+  std::optional<bool> host_;
+  std::vector<Tensor> copies_; // alive until the launches that read them are enqueued
+};
+
 void add_to_batch(std::vector<CudaBatch>& batches, Tensor& p, const Tensor& g, AdamWState& st,
                   const kernels::AdamWStepArgs& args) {
   VLM_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::bf16,
@@ -65,8 +94,9 @@ void add_to_batch(std::vector<CudaBatch>& batches, Tensor& p, const Tensor& g, A
   it->keep.push_back(g);
 }
 
-// One multi-tensor launch on the current stream of the batch's device.
-void run_batch(const CudaBatch& b) {
+// One multi-tensor launch on the current stream of the batch's device; skip: nullptr or the flag
+// on that device.
+void run_batch(const CudaBatch& b, const double* skip) {
   dispatch_device(
       "AdamW", b.device, [] {},
       [&](auto stream) {
@@ -74,11 +104,11 @@ void run_batch(const CudaBatch& b) {
         const auto* t = b.tensors.data();
         const auto n = int64_t(b.tensors.size());
         if (b.param_dtype == DType::f32)
-          adamw_multi_step<float, float>(t, n, stream);
+          adamw_multi_step<float, float>(t, n, skip, stream);
         else if (b.grad_dtype == DType::bf16)
-          adamw_multi_step<bf16, bf16>(t, n, stream);
+          adamw_multi_step<bf16, bf16>(t, n, skip, stream);
         else
-          adamw_multi_step<bf16, float>(t, n, stream);
+          adamw_multi_step<bf16, float>(t, n, skip, stream);
       });
 }
 
@@ -133,9 +163,11 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const Tensor& skip) {
   VLM_CHECK(lr >= 0 && std::isfinite(lr), "AdamW::step: lr must be finite and >= 0, got ", lr);
   NoGradGuard no_grad;
+  SkipFlag flag(skip);
+  last_advanced_.clear();
   std::vector<CudaBatch> cuda_batches;
   for (auto& g : groups_) {
     for (auto& p : g.params) {
@@ -152,6 +184,7 @@ void AdamW::step(double lr) {
                 "' is on another device, ", describe("param", p), " vs ", describe("grad", grad));
       AdamWState& st = state_.at(p.name());
       st.step++;
+      last_advanced_.push_back(&st);
       kernels::AdamWStepArgs args;
       args.lr = lr * g.lr_scale;
       args.beta1 = options_.beta1;
@@ -162,11 +195,16 @@ void AdamW::step(double lr) {
       args.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, double(st.step)));
       if (p.device().is_cuda())
         add_to_batch(cuda_batches, p, grad.contiguous(), st, args);
-      else
+      else if (!flag.on_host())
         update(p, grad.contiguous(), st, args);
     }
   }
-  for (const auto& b : cuda_batches) run_batch(b);
+  for (const auto& b : cuda_batches) run_batch(b, flag.on_device(b.device));
+}
+
+void AdamW::undo_step() {
+  for (AdamWState* st : last_advanced_) st->step--;
+  last_advanced_.clear();
 }
 
 void AdamW::zero_grad() {

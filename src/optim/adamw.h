@@ -10,6 +10,13 @@
 // embeddings". The state is keyed by parameter name (Tensor::name()) for checkpoints.
 // CUDA parameters (f32 or bf16; state on the parameter's device) are updated by one multi-tensor
 // launch per (device, parameter dtype, gradient dtype), bit-identical to the CPU update.
+//
+// Deferred skip (the training step's nan_policy): step(lr, skip) takes a one-element f64 tensor
+// whose value is known only on the device when the update is queued; the update kernels leave
+// every parameter, master and moment untouched when it is nonzero. The step counts (host-side, for
+// the bias corrections) advance either way; once the host has read the flag, undo_step() returns
+// them, so the next applied update uses the right t and a checkpoint holds the counts of the
+// updates really applied.
 #pragma once
 
 #include <map>
@@ -48,7 +55,13 @@ public:
   // One update of every parameter that has a .grad, with LR lr * group.lr_scale. Parameters
   // without a gradient are skipped and keep their step count (as torch does). Gradients must be
   // the parameter's dtype, or f32 for a bf16 parameter.
-  void step(double lr);
+  // skip (optional): a one-element f64 tensor on any device; nonzero: no parameter, master or
+  // moment changes (read by the kernels on the device, or on the host for CPU parameters; a flag
+  // on another device than a parameter is copied there first, a read for CPU parameters).
+  void step(double lr, const Tensor& skip = Tensor());
+  // After step(lr, skip) with a nonzero skip: the step counts that call advanced go back (nothing
+  // else changed). Calling it twice, or without a step before, does nothing.
+  void undo_step();
   // Drops every parameter's .grad.
   void zero_grad();
   // After parameter values are overwritten outside the optimizer (e.g. weights loaded after the
@@ -67,6 +80,7 @@ private:
   std::vector<ParamGroup> groups_;
   AdamWOptions options_;
   std::map<std::string, AdamWState> state_;
+  std::vector<AdamWState*> last_advanced_; // the states whose step count the last step() advanced
 };
 
 } // namespace vlm::optim

@@ -9,6 +9,7 @@
 #include "src/core/autograd.h"
 #include "src/core/dispatch.h"
 #include "src/core/ops/elementwise.h"
+#include "src/optim/grad_clip_check.h"
 
 namespace vlm::optim {
 
@@ -73,19 +74,37 @@ GradsByDevice group_grads(const std::vector<Tensor>& params, bool make_contiguou
   return out;
 }
 
+// Whether the multi-tensor kernels may run for these gradients of one CUDA device (checked on
+// first use per device and dtype mix).
+bool multi_kernels_pass(const std::vector<Tensor>& on_device) {
+  bool has_f32 = false, has_bf16 = false;
+  for (const auto& g : on_device) (g.dtype() == DType::bf16 ? has_bf16 : has_f32) = true;
+  return multi_tensor_grad_kernels_pass(on_device[0].device(), has_f32, has_bf16);
+}
+
+// Sum of squares of gradients on the host (CPU ones in place, others through host copies), in
+// list order.
+double host_sum_squares(const std::vector<Tensor>& grads) {
+  double total = 0;
+  for (const Tensor& grad : grads) {
+    const Tensor g = grad.device().is_cpu() ? grad : grad.to(Device::cpu()).contiguous();
+    total += VLM_DISPATCH_FLOAT(g.dtype(), "grad_norm_squared", T, [&] {
+      return kernels::cpu::sum_squares<T>(g.data<T>(), g.numel());
+    });
+  }
+  return total;
+}
+
 } // namespace
 
 double grad_norm_squared(const std::vector<Tensor>& params) {
   // CPU gradients in list order, then the CUDA ones (per device, in order of first appearance):
   // one host read per device.
   const GradsByDevice grads = group_grads(params, true);
-  double total = 0;
-  for (const Tensor& g : grads.cpu)
-    total += VLM_DISPATCH_FLOAT(g.dtype(), "grad_norm_squared", T, [&] {
-      return kernels::cpu::sum_squares<T>(g.data<T>(), g.numel());
-    });
+  double total = host_sum_squares(grads.cpu);
   for (const auto& on_device : grads.cuda)
-    total += cuda_norm_and_coef(on_device, 0.0).to_doubles()[0];
+    total += multi_kernels_pass(on_device) ? cuda_norm_and_coef(on_device, 0.0).to_doubles()[0]
+                                           : host_sum_squares(on_device);
   return total;
 }
 
@@ -106,6 +125,10 @@ void scale_grads(const std::vector<Tensor>& params, double coef) {
   const GradsByDevice grads = group_grads(params, false); // handles on the gradients' storage
   for (Tensor g : grads.cpu) scale_(g, coef);
   for (const auto& on_device : grads.cuda) { // one launch per 1024 tensors
+    if (!multi_kernels_pass(on_device)) {
+      for (Tensor g : on_device) scale_(g, coef);
+      continue;
+    }
     std::vector<kernels::cuda::GradSpan> spans;
     for (const auto& g : on_device) spans.push_back(span_of(g));
     dispatch_device(
@@ -114,6 +137,28 @@ void scale_grads(const std::vector<Tensor>& params, double coef) {
           kernels::cuda::multi_scale(spans.data(), int64_t(spans.size()), nullptr, coef, stream);
         });
   }
+}
+
+void scale_grads(const std::vector<Tensor>& params, const Tensor& coef) {
+  VLM_CHECK(coef.defined() && coef.numel() == 1 && coef.dtype() == DType::f64,
+            "scale_grads: the coefficient must be one f64 value, got ", coef.desc());
+  const GradsByDevice grads = group_grads(params, false);
+  if (grads.cpu.empty() && grads.cuda.empty()) return; // nothing to scale, nothing to read
+  if (grads.cpu.empty() && grads.cuda.size() == 1 && grads.cuda[0][0].device() == coef.device() &&
+      multi_kernels_pass(grads.cuda[0])) {
+    NoGradGuard no_grad;
+    std::vector<kernels::cuda::GradSpan> spans;
+    for (const auto& g : grads.cuda[0]) spans.push_back(span_of(g));
+    const double* c = coef.data<double>();
+    dispatch_device(
+        "scale_grads", coef.device(), [] {},
+        [&](auto stream) {
+          kernels::cuda::multi_scale(spans.data(), int64_t(spans.size()), c, 1.0, stream);
+        });
+    return;
+  }
+  const double c = coef.to_doubles()[0];
+  if (c < 1.0) scale_grads(params, c);
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
@@ -129,7 +174,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
 Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm) {
   for (const auto& p : params) VLM_CHECK(p.defined(), "grad_norm: undefined parameter in the list");
   const GradsByDevice grads = group_grads(params, false);
-  if (grads.cpu.empty() && grads.cuda.size() == 1) {
+  if (grads.cpu.empty() && grads.cuda.size() == 1 && multi_kernels_pass(grads.cuda[0])) {
     const std::vector<Tensor>& on_device = grads.cuda[0];
     Tensor out = cuda_norm_and_coef(on_device, max_norm);
     if (max_norm > 0) {
@@ -144,7 +189,7 @@ Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm) 
     }
     return out;
   }
-  // The CPU (the reference), or several devices: on the host.
+  // The CPU (the reference), several devices, or kernels that failed their check: on the host.
   const double norm_sq = grad_norm_squared(params);
   double coef = 1.0;
   if (max_norm > 0 && std::isfinite(norm_sq)) {

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/optim.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
+#include "src/core/dispatch.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"
 #include "src/optim/grad_clip.h"
@@ -53,22 +55,35 @@ bool decays(const TrainingOptions& t, model::ParamKind kind) {
   return true;
 }
 
-// The micro-batch losses [m] and clip_grad_norm_async's {norm², coefficient} read back together:
-// one f64 buffer on their device (a cast and a copy there), one device-to-host copy and one
-// synchronization. Returns m + 2 values.
-std::vector<double> read_step_scalars(const Tensor& losses, const Tensor& norm) {
+// The step's scalars, one f64 buffer on the losses' device, in the layout of
+// kernels::cpu::step_guard: [0, m) the micro-batch loss sums, [m] the squared gradient norm,
+// [m + 1] the clip coefficient, [m + 2] AdamW's skip flag (0: apply).
+struct StepScalars {
+  Tensor all;
+  int64_t m = 0;
+  Tensor norm_sq() const { return slice(all, 0, m, m + 1); }
+  Tensor coef() const { return slice(all, 0, m + 1, m + 2); }
+  Tensor skip() const { return slice(all, 0, m + 2, m + 3); }
+};
+
+// Packs the losses [m] and this rank's squared norm (clip_grad_norm_async's [2], anywhere).
+StepScalars pack_step_scalars(const Tensor& losses, const Tensor& local_norm) {
   NoGradGuard no_grad;
-  const int64_t m = losses.numel();
-  if (norm.device() != losses.device()) { // gradients not where the loss is: two reads
-    std::vector<double> v = losses.to_doubles();
-    for (double x : norm.to_doubles()) v.push_back(x);
-    return v;
-  }
-  Tensor all = Tensor::empty({m + 2}, DType::f64, losses.device());
-  Tensor head = slice(all, 0, 0, m), tail = slice(all, 0, m, m + 2);
+  StepScalars s;
+  s.m = losses.numel();
+  s.all = Tensor::empty({s.m + 3}, DType::f64, losses.device());
+  Tensor head = slice(s.all, 0, 0, s.m), norm_sq = s.norm_sq();
   copy_(head, losses);
-  copy_(tail, norm);
-  return all.to_doubles();
+  copy_(norm_sq, slice(local_norm, 0, 0, 1));
+  return s;
+}
+
+// kernels::*::step_guard on the scalars, where they are.
+void guard_step(StepScalars& s, double max_norm) {
+  double* values = s.all.data<double>();
+  dispatch_device(
+      "step_guard", s.all.device(), [&] { kernels::cpu::step_guard(values, s.m, max_norm); },
+      [&](auto stream) { kernels::cuda::step_guard(values, s.m, max_norm, stream); });
 }
 
 } // namespace
@@ -154,33 +169,33 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
     affine(l, scale).backward();
     if (fsdp) fsdp->end_micro_step();
   }
-  // The global norm, clipped to max_grad_norm (> 0), and the step's loss.
+  // Everything up to the update is queued without a host read (on CUDA; on the CPU each call
+  // simply runs): this rank's squared gradient norm (the multi-tensor kernels), summed over the
+  // shard group with FSDP (each rank holds a different part of every gradient; replicas hold the
+  // same); the guard (clip coefficient, skip flag) and, with data parallelism, the skip flag
+  // maxed over the ranks (a non-finite loss on one rank skips the step everywhere, as the summed
+  // loss does); the clipping; the AdamW update, which does nothing when the flag says skip.
   const double max_norm = config_.training.max_grad_norm;
-  double loss_sum = 0, norm_sq = 0;
-  if (!fsdp) {
-    // Norm and clipping stay on the device (optim::clip_grad_norm_async: the multi-tensor kernels,
-    // the clip coefficient computed there). Then the step's one host read: the micro-batch losses
-    // and the norm in one f64 buffer, one copy, one synchronization. Replicated gradients (one
-    // process, DDP) give every rank the same norm.
-    const Tensor norm = optim::clip_grad_norm_async(trainable_, max_norm);
-    const std::vector<double> v = read_step_scalars(losses, norm);
-    for (size_t i = 0; i < micro_batches.size(); i++) loss_sum += v[i];
-    norm_sq = v[micro_batches.size()];
-  } else {
-    // Sharded gradients: each rank's shards, summed over the shard group (replicas hold the same
-    // shards) before the coefficient can be known.
-    for (double l : losses.to_doubles()) loss_sum += l;
-    norm_sq = fsdp->shard_group().all_reduce_value(optim::grad_norm_squared(trainable_));
-    if (max_norm > 0 && std::isfinite(norm_sq)) {
-      const double coef = optim::clip_coefficient(std::sqrt(norm_sq), max_norm);
-      if (coef < 1.0) optim::scale_grads(trainable_, coef);
-    }
-  }
+  StepScalars scalars = pack_step_scalars(losses, optim::clip_grad_norm_async(trainable_, 0.0));
+  if (fsdp) fsdp->shard_group().all_reduce(scalars.norm_sq());
+  guard_step(scalars, max_norm);
+  if (parallel_.dp) parallel_.dp->all_reduce(scalars.skip(), parallel::ReduceOp::max);
+  if (max_norm > 0) optim::scale_grads(trainable_, scalars.coef());
+  optimizer_->step(schedule_.lr_at(step), scalars.skip());
+  // The step's one host read (deferred behind the update): losses, norm and flag in one copy.
+  const std::vector<double> v = scalars.all.to_doubles();
+  const int64_t m = scalars.m;
+  double loss_sum = 0;
+  for (int64_t i = 0; i < m; i++) loss_sum += v[size_t(i)];
   if (parallel_.dp) loss_sum = parallel_.dp->all_reduce_value(loss_sum);
   s.loss = loss_sum * scale;
-  s.grad_norm = std::sqrt(norm_sq);
-  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
-    std::string what = first_non_finite(s.loss);
+  s.grad_norm = std::sqrt(v[size_t(m)]);
+  // The flag, not the host values, says whether the update happened. It is non-zero exactly when
+  // the summed loss or the norm is not finite (the same sums: only an overflow of finite
+  // per-rank sums could tell them apart).
+  if (v[size_t(m + 2)] != 0.0) {
+    optimizer_->undo_step(); // the kernels changed nothing; the step counts go back
+    std::string what = first_non_finite(s.loss); // reads the gradients: before zero_grad
     optimizer_->zero_grad();
     VLM_CHECK(config_.training.nan_policy == NanPolicy::skip, "train step ", step + 1,
               ": non-finite value in ", what, " (loss ", s.loss, ", grad norm ", s.grad_norm,
@@ -196,7 +211,6 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
               config_.training.max_skipped_steps);
     return s;
   }
-  optimizer_->step(schedule_.lr_at(step));
   optimizer_->zero_grad();
   return s;
 }

@@ -11,17 +11,17 @@
 // micro-batch mean by the micro-step count instead, which weights a short micro-batch's tokens
 // more (reference-trainer.md §1 #12). The logged loss is the same token mean.
 //
-// On CUDA the step reads the device once (without FSDP): the micro-batch losses stay on the
-// device, the gradient norm is computed and the gradients clipped there by multi-tensor kernels
-// (optim::clip_grad_norm_async: the clip coefficient is computed on the device, so clipping needs
-// no host value), and both are read in one copy after clipping. That read comes before the
-// optimizer update rather than after it (deferred) on purpose: training.nan_policy decides on the
-// host whether the update happens (skip: no update, abort: throw before the weights change), and
-// AdamW's bias corrections count the applied updates on the host; deciding on the device would
-// need a device-side skip flag read by every AdamW kernel and device-side step counts. What it
-// costs is the gap while the host queues the update (a few multi-tensor launches) after the
-// backward pass has drained. With FSDP the norm's shard sums are all-reduced on the host (a
-// second read).
+// On CUDA the step reads the device once, after the update is queued: the micro-batch losses stay
+// on the device; the gradient norm is computed there by multi-tensor kernels (with FSDP this
+// rank's shards, all-reduced over the shard group as a device tensor); a one-thread guard kernel
+// (kernels/optim.h step_guard) derives the clip coefficient and a skip flag (the summed loss or
+// the norm is not finite; with data parallelism maxed over the ranks); the gradients are clipped
+// by the device coefficient and AdamW is launched with the flag, so its kernels change nothing on
+// a non-finite step. Then losses, norm and flag come back in one copy. The host applies
+// training.nan_policy afterwards: a skipped step's parameters and moments are untouched (the
+// flag) and AdamW's host-side step counts are taken back (AdamW::undo_step), so the next update
+// uses the right bias correction and a checkpoint holds only applied updates. So the host queues
+// the whole step without waiting for the backward pass to drain.
 //
 // Parameter groups (AdamW): by the model's param_role, the language model at lr_llm, the
 // vision-language merger at lr_mlp and the vision tower at lr_vit, each split into decay and
@@ -31,15 +31,15 @@
 // default, as PyTorch AMP and FSDP2 mixed precision do); AdamW reads them as they are.
 //
 // Non-finite loss or gradient norm (training.nan_policy): abort throws naming the step and the
-// first non-finite tensor (the loss, or a parameter gradient by its HF name); skip drops the
-// gradients, applies no update, counts the step, and throws once more than max_skipped_steps
-// were skipped.
+// first non-finite tensor (the loss, or a parameter gradient by its HF name) with the weights and
+// optimizer state as they were before the step; skip drops the gradients, applies no update,
+// counts the step, and throws once more than max_skipped_steps were skipped.
 //
 // Data parallelism (StepParallel): every rank runs the same micro-step count on its own
 // micro-batches; N, the logged loss and the skip decisions are sums over the data-parallel group,
 // so the update is the token mean over the global batch, exactly as one process would compute it.
 // FSDP (parallel/fsdp.h) is driven around each micro-batch; the gradient norm is summed over the
-// shard group (each rank holds a different part of every gradient).
+// shard group (each rank holds a different part of every gradient), on the device.
 #pragma once
 
 #include <cstdint>

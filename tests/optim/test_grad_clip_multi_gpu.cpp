@@ -10,7 +10,8 @@
 //     element at most);
 //   repeats: bitwise (a fixed reduction order, no atomics).
 // Launches and host reads are counted with kernels/gpu_runtime.h's counters: clipping with the
-// norm left on the device makes no host read and no synchronization.
+// norm left on the device makes no host read and no synchronization (after the kernels' first-use
+// self-check, which reads the device and is run before counting).
 // Skips (exit 77) with the device query text when there is no CUDA device.
 #include <catch2/catch.hpp>
 
@@ -23,6 +24,7 @@
 #include "kernels/optim.h"
 #include "src/base/rng.h"
 #include "src/optim/grad_clip.h"
+#include "src/optim/grad_clip_check.h"
 #include "tests/gpu_testing.h"
 
 using namespace vlm;
@@ -72,6 +74,15 @@ const std::vector<int64_t> kSizes = {
 
 double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
+// Runs the multi-tensor kernels' first-use self-check for the dtype mix of `params` (it reads the
+// device), so that a counted call counts the call alone.
+void self_check_first(const std::vector<Tensor>& params) {
+  bool f32 = false, bf16 = false;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) (p.grad().dtype() == DType::bf16 ? bf16 : f32) = true;
+  REQUIRE(optim::multi_tensor_grad_kernels_pass(kGpu, f32, bf16));
+}
+
 // Clips the CPU copy with optim::clip_grad_norm (the reference) and the CUDA copy with
 // clip_grad_norm_async, then compares norm, coefficient and every gradient.
 void compare_clip(const Params& p, double max_norm, bool expect_clipped) {
@@ -82,6 +93,7 @@ void compare_clip(const Params& p, double max_norm, bool expect_clipped) {
   const double want_coef = optim::clip_coefficient(want_norm, max_norm);
   REQUIRE((want_coef < 1.0) == expect_clipped);
 
+  self_check_first(p.cuda);
   const auto c0 = kernels::cuda::launch_counts();
   const Tensor out = optim::clip_grad_norm_async(p.cuda, max_norm);
   const auto c1 = kernels::cuda::launch_counts();
@@ -177,6 +189,7 @@ TEST_CASE("gpu multi-tensor clip: more tensors than one launch takes", "[gpu]") 
   for (int i = 0; i < 2500; i++) sizes.push_back(1 + int64_t(sizes_rng.randint(0, 3000)));
   const Params p = make_params(sizes, 14, 0.05);
   const double want_sq = optim::grad_norm_squared(p.cpu);
+  self_check_first(p.cuda);
   const auto c0 = kernels::cuda::launch_counts();
   const Tensor out = optim::clip_grad_norm_async(p.cuda, 1.0);
   const auto c1 = kernels::cuda::launch_counts();
