@@ -32,6 +32,7 @@
 #include "src/core/ops.h"
 #include "src/core/ops/norm.h"
 #include "src/core/stream.h"
+#include "src/core/varlen.h"
 
 using namespace vlm;
 
@@ -227,15 +228,20 @@ void bench_attention(int64_t T, int64_t D, int repeats) {
   s.causal = true;
   s.scale = 1.0 / std::sqrt(double(D));
   const double fwd_flops = 2.0 * double(T) * double(T) * double(D) * double(Hq); // causal half
+  // The tile lists, uploaded once as in training (src/core/varlen.h).
+  const VarlenLayout varlen = VarlenLayout::of(Tensor::from_vector(cu, {2}), T);
+  const kernels::FlashTileSpecs specs = kernels::flash_tile_specs(s, DType::bf16);
+  const kernels::TileList query_tiles = varlen.attention_tiles(gpu, specs.queries),
+                          key_tiles = varlen.attention_tiles(gpu, specs.keys);
   const double fwd = median_seconds(repeats, [&] {
     kernels::cuda::attention_fwd<bf16>(out.data<bf16>(), lse.data<float>(), q.data<bf16>(),
-                                       k.data<bf16>(), v.data<bf16>(), cu.data(), s, stream());
+                                       k.data<bf16>(), v.data<bf16>(), query_tiles, s, stream());
   });
   const double bwd = median_seconds(repeats, [&] {
     kernels::cuda::attention_bwd<bf16>(dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(),
                                        dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
                                        v.data<bf16>(), out.data<bf16>(), lse.data<float>(),
-                                       cu.data(), s, stream());
+                                       key_tiles, query_tiles, s, stream());
   });
   const std::string shape = fmt("T=%.0f Hq=16 Hkv=8 D=%.0f", double(T), double(D));
   const auto [cudnn_fwd, cudnn_bwd] = time_cudnn_attention(s, repeats);

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention_tiles.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels {
@@ -48,11 +49,23 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
 
 } // namespace cpu
 
+// The tile lists (kernels/attention_tiles.h) the CUDA flash kernels launch over for `shape` in
+// `dtype`: the forward and dQ over `queries`, dK/dV over `keys` (equal specs: one list serves
+// both). Rows per tile: 64 queries for head_dim <= 128, else 32; keys like queries on tensor cores
+// (bf16), 32 in the fp32 SIMT dK/dV kernel. Host logic (kernels/cpu/attention_tiles.cpp).
+struct FlashTileSpecs {
+  TileSpec queries, keys;
+};
+FlashTileSpecs flash_tile_specs(const AttentionShape& shape, DType dtype);
+int32_t flash_query_rows(int64_t head_dim);
+// VLM_ATTENTION_SIMT=1: bf16 runs the fp32 SIMT kernels instead of tensor cores (read per call).
+bool attention_simt_only();
+
 // CUDA (kernels/cuda/attention_fwd.cu, _bwd.cu, _ref.cu). T is float or bf16 (fp32 accumulation,
-// lse in fp32); every pointer except cu_seqlens_host is device memory on the current device;
-// `stream` is a cudaStream_t (nullptr: legacy default stream); the calls are asynchronous. head_dim
-// <= 256, q_heads <= 65535. Results are deterministic: every output element is written by one
-// thread with a fixed summation order (no atomics).
+// lse in fp32); every pointer is device memory on the current device; `stream` is a cudaStream_t
+// (nullptr: legacy default stream); the calls are asynchronous and upload nothing. head_dim <= 256,
+// q_heads <= 65535. Results are deterministic: every output element is written by one thread with
+// a fixed summation order (no atomics).
 namespace cuda {
 
 // Flash-attention-2 style tiled kernels (what the attention op uses). The forward keeps a
@@ -62,15 +75,15 @@ namespace cuda {
 // tile, query head) blocks computes dQ. f32 runs on fp32 SIMT arithmetic; bf16 runs every
 // product on tensor cores (wmma, fp32 accumulation, P and dS rounded to bf16 as operands, as
 // flash attention does; VLM_ATTENTION_SIMT=1 selects the fp32 SIMT kernels for bf16 too).
-// cu_seqlens_host: the B + 1 offsets in host memory; the launch derives its list of tiles from
-// them and uploads it (a few bytes per tile).
+// query_tiles, key_tiles: the lists of flash_tile_specs(shape, T's dtype) on the device, built
+// by the caller (once per batch: src/core/varlen.h); a list of another spec is refused.
 template <typename T>
 void attention_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
-                   const int32_t* cu_seqlens_host, const AttentionShape& shape, void* stream);
+                   const TileList& query_tiles, const AttentionShape& shape, void* stream);
 template <typename T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                   const T* out, const float* lse, const int32_t* cu_seqlens_host,
-                   const AttentionShape& shape, void* stream);
+                   const T* out, const float* lse, const TileList& key_tiles,
+                   const TileList& query_tiles, const AttentionShape& shape, void* stream);
 
 // Reference kernels for tests: one thread per query row (forward, dQ) or key row (dK/dV) in
 // blocks of 64 rows per head, two-pass softmax in fp32 exactly as the CPU kernel orders it; slow.

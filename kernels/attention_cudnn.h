@@ -134,8 +134,12 @@ std::string sdpa_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16*
 } // namespace cuda
 
 // The layout's device image: seq_len (int32, padded to 8 bytes), then q_offset, kv_offset and
-// stats_offset (int64); one upload per forward, kept for the backward.
+// stats_offset (int64); uploaded once per batch and configuration (src/core/varlen.h keeps it),
+// read by every layer's forward and backward.
 std::vector<uint8_t> ragged_device_bytes(const RaggedLayout& layout);
+// What the image depends on beyond the offsets (heads, head dim, padding of the batch): the name
+// a batch's cache keeps it under, "cuDNN ragged Hq16 Hkv8 D128 padded".
+std::string ragged_image_key(const AttentionShape& shape, bool pad_batch);
 struct RaggedParts { // byte offsets of the four arrays in that image
   size_t seq_len = 0, q_offset = 0, kv_offset = 0, stats_offset = 0;
 };

@@ -184,6 +184,13 @@ std::vector<uint8_t> ragged_device_bytes(const RaggedLayout& layout) {
   return bytes;
 }
 
+std::string ragged_image_key(const AttentionShape& shape, bool pad_batch) {
+  std::ostringstream s;
+  s << "cuDNN ragged Hq" << shape.q_heads << " Hkv" << shape.kv_heads << " D" << shape.head_dim
+    << (pad_batch ? " padded" : "");
+  return s.str();
+}
+
 #if !VLM_WITH_CUDA
 // The graph code's entry points in a build without the CUDA backend (kernels/cuda is not built):
 // nothing to run; the op never reaches the two that would need a device.

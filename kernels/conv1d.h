@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/varlen_offsets.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels::cpu {
@@ -32,21 +33,21 @@ void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const 
 } // namespace vlm::kernels::cpu
 
 // CUDA (kernels/cuda/conv1d.cu): the same results for T = float or bf16 (fp32 sums in the CPU
-// kernels' order). Every pointer except cu_seqlens_host is device memory on the current device;
-// the launchers upload the offsets (a few bytes, stream-ordered) and return without synchronizing;
-// `stream` is a cudaStream_t. kernel_size <= kMaxConvTaps. dw is deterministic: per-token-block
-// partial sums (the CPU kernel's blocks) added in block order, no atomics.
+// kernels' order). Every pointer is device memory on the current device, the documents' offsets
+// included (offsets.cu_seqlens; the chunk starts are not read); the launchers upload nothing and
+// return without synchronizing; `stream` is a cudaStream_t. kernel_size <= kMaxConvTaps. dw is
+// deterministic: per-token-block partial sums (the CPU kernel's blocks) added in block order, no
+// atomics.
 namespace vlm::kernels::cuda {
 
 constexpr int64_t kMaxConvTaps = 8;
 
 template <typename T>
-void causal_conv1d_fwd(T* y, const T* x, const T* w, const int32_t* cu_seqlens_host, int64_t docs,
-                       int64_t tokens, int64_t channels, int64_t kernel_size, bool silu,
-                       void* stream);
+void causal_conv1d_fwd(T* y, const T* x, const T* w, const VarlenOffsets& offsets, int64_t tokens,
+                       int64_t channels, int64_t kernel_size, bool silu, void* stream);
 template <typename T>
 void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w,
-                       const int32_t* cu_seqlens_host, int64_t docs, int64_t tokens,
-                       int64_t channels, int64_t kernel_size, bool silu, void* stream);
+                       const VarlenOffsets& offsets, int64_t tokens, int64_t channels,
+                       int64_t kernel_size, bool silu, void* stream);
 
 } // namespace vlm::kernels::cuda

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 
+#include "kernels/varlen_offsets.h"
 #include "src/base/dtype.h"
 
 namespace vlm::kernels {
@@ -81,8 +82,10 @@ void gated_delta_chunk_bwd(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* d_initial_st
 } // namespace cpu
 
 // CUDA (kernels/cuda/gated_delta.cu), float only (state and arithmetic in fp32): the recurrence,
-// with the same arguments and results as the CPU kernels. Every pointer except cu_seqlens_host is
-// device memory on the current device; `stream` is a cudaStream_t; the calls are asynchronous.
+// with the same results as the CPU kernels. Every pointer is device memory on the current device;
+// the documents come as `offsets` (kernels/varlen_offsets.h), already on the device with the chunk
+// starts of kGatedDeltaChunk-token chunks (offsets.docs == shape.docs); the calls upload nothing;
+// `stream` is a cudaStream_t; the calls are asynchronous.
 // dk, dv <= kGatedDeltaMaxDim. Deterministic: no atomics, fixed summation orders.
 //  * forward: one block per (document, value head, 32 value columns), a thread per column of S
 //    (kept in shared memory) walking the document's tokens in order.
@@ -99,12 +102,12 @@ constexpr int64_t kGatedDeltaMaxDim = 256;
 
 void gated_delta_recurrent_fwd(float* out, float* final_state, const float* q, const float* k,
                                const float* v, const float* g, const float* beta,
-                               const float* initial_state, const int32_t* cu_seqlens_host,
+                               const float* initial_state, const VarlenOffsets& offsets,
                                const GatedDeltaShape& shape, void* stream);
 void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float* dbeta,
                                float* d_initial_state, const float* dout, const float* q,
                                const float* k, const float* v, const float* g, const float* beta,
-                               const float* initial_state, const int32_t* cu_seqlens_host,
+                               const float* initial_state, const VarlenOffsets& offsets,
                                const GatedDeltaShape& shape, void* stream);
 
 // The chunked form (kernels/cuda/gated_delta_chunk.cu), same arguments and results, fp32 SIMT:
@@ -118,12 +121,12 @@ void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float
 //    of dq, dk, dg, dbeta (summed in a fixed order by a second kernel; groups = ceil(dv / 32)).
 void gated_delta_chunk_fwd(float* out, float* final_state, const float* q, const float* k,
                            const float* v, const float* g, const float* beta,
-                           const float* initial_state, const int32_t* cu_seqlens_host,
+                           const float* initial_state, const VarlenOffsets& offsets,
                            const GatedDeltaShape& shape, void* stream);
 void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* dbeta,
                            float* d_initial_state, const float* dout, const float* q,
                            const float* k, const float* v, const float* g, const float* beta,
-                           const float* initial_state, const int32_t* cu_seqlens_host,
+                           const float* initial_state, const VarlenOffsets& offsets,
                            const GatedDeltaShape& shape, void* stream);
 
 } // namespace cuda

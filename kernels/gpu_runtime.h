@@ -116,6 +116,10 @@ struct LaunchCounts {
   uint64_t h2d_copies = 0;    // memcpy_h2d calls (pinned or pageable source)
   uint64_t d2h_copies = 0;    // memcpy_d2h calls: host reads of device memory
   uint64_t syncs = 0;         // stream_synchronize, event_synchronize, device_synchronize
+  // Of h2d_copies, those from pageable host memory: the driver stages them through its own pinned
+  // buffer before the call returns (a host stall; never asynchronous). A training step should
+  // have none (uploads go through pinned staging: Tensor::empty_pinned).
+  uint64_t h2d_pageable = 0;
 };
 LaunchCounts launch_counts();
 void reset_launch_counts();

@@ -422,12 +422,12 @@ __global__ void __launch_bounds__(kB * 2)
 
 template <typename T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                   const T* out, const float* lse, const int32_t* cu_seqlens_host,
-                   const AttentionShape& s, void* stream) {
+                   const T* out, const float* lse, const TileList& key_tiles,
+                   const TileList& query_tiles, const AttentionShape& s, void* stream) {
   check_shape(s, "attention_bwd");
   if (s.tokens == 0) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const FlashLauncher flash{cu_seqlens_host, s, st};
+  const FlashLauncher flash{s, st};
   const int64_t n_rows = s.tokens * s.q_heads;
   float* delta = static_cast<float*>(malloc_async(size_t(n_rows) * sizeof(float), st));
   {
@@ -441,27 +441,28 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, c
       if (!simt_only()) {
         flash.launch<WmmaDkvCfg<kD, kB, 32>>("attention_bwd (dk, dv; tensor cores)",
                                              flash_dkv_wmma_kernel<kD, kB, 32>, TileRows::keys, kB,
-                                             dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k),
-                                             dptr(v), lse, delta);
+                                             key_tiles, dptr(dk), dptr(dv), dptr(dout), dptr(q),
+                                             dptr(k), dptr(v), lse, delta);
         flash.launch<WmmaDqCfg<kD, kB, kB>>(
             "attention_bwd (dq; tensor cores)", flash_dq_wmma_kernel<kD, kB, kB>, TileRows::queries,
-            kB, dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta);
+            kB, query_tiles, dptr(dq), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta);
         return;
       }
     }
     flash.launch<DkvCfg<kD, kKv, kKv>>(
         "attention_bwd (dk, dv)", flash_dkv_kernel<cuda_t<T>, kD, kKv, kKv>, TileRows::keys, kKv,
-        dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta);
+        key_tiles, dptr(dk), dptr(dv), dptr(dout), dptr(q), dptr(k), dptr(v), lse, delta);
     flash.launch<DqCfg<kD, kB, kB>>("attention_bwd (dq)", flash_dq_kernel<cuda_t<T>, kD, kB, kB>,
-                                    TileRows::queries, kB, dptr(dq), dptr(dout), dptr(q), dptr(k),
-                                    dptr(v), lse, delta);
+                                    TileRows::queries, kB, query_tiles, dptr(dq), dptr(dout),
+                                    dptr(q), dptr(k), dptr(v), lse, delta);
   });
   free_async(delta, st);
 }
 
 #define VLM_INSTANTIATE(T)                                                                         \
   template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,     \
-                                 const float*, const int32_t*, const AttentionShape&, void*);
+                                 const float*, const TileList&, const TileList&,                   \
+                                 const AttentionShape&, void*);
 VLM_INSTANTIATE(float)
 VLM_INSTANTIATE(vlm::bf16)
 #undef VLM_INSTANTIATE

@@ -1,7 +1,7 @@
 // The parts the flash-attention forward (attention_fwd.cu) and backward (attention_bwd.cu) share
 // beyond the tiles of attention_tiles.cuh: each block's view of its tile (query tiles: forward and
 // dQ; key tiles: dK/dV), staging a query tile's lse and delta, and the one host-side launcher
-// (tile list, grid, shared memory, launch check). For .cu files under kernels/cuda only.
+// (tile list check, grid, shared memory, launch check). For .cu files under kernels/cuda only.
 #pragma once
 
 #include "kernels/cuda/attention_tiles.cuh"
@@ -75,25 +75,28 @@ __device__ __forceinline__ void load_row_stats(float* sLse, float* sDelta, const
 // heads). Either list is ordered heaviest first: late query tiles, early key tiles (make_tiles).
 enum class TileRows { queries, keys };
 
-// The launches of one attention call: its documents (cu_seqlens on the host), shape and stream.
+// The launches of one attention call: its shape and stream.
 struct FlashLauncher {
-  const int32_t* cu_seqlens_host;
   const AttentionShape& s;
   cudaStream_t stream;
 
-  // Launches kernel over the tiles of tile_rows rows of every document x the heads that `kind`
-  // names, with Cfg's threads and dynamic shared memory, and checks the launch under `op`. The
-  // kernel takes `args` followed by (tiles, Hq, Hkv, D, scale, causal); the tile list is freed
-  // (stream-ordered) on return.
+  // Launches kernel over `tiles` (on the device; they must be the list of tile_rows rows of
+  // `kind` for this shape's mask) x the heads that `kind` names, with Cfg's threads and dynamic
+  // shared memory, and checks the launch under `op`. The kernel takes `args` followed by (tiles,
+  // Hq, Hkv, D, scale, causal).
   template <typename Cfg, typename Kernel, typename... Args>
-  void launch(const char* op, Kernel kernel, TileRows kind, int tile_rows, Args... args) const {
+  void launch(const char* op, Kernel kernel, TileRows kind, int tile_rows, const TileList& tiles,
+              Args... args) const {
     const int D = int(s.head_dim), Hq = int(s.q_heads), Hkv = int(s.kv_heads);
     const bool queries = kind == TileRows::queries;
-    const DeviceTiles tiles(make_tiles(cu_seqlens_host, s.docs, tile_rows, s.causal, queries),
-                            stream);
+    const TileSpec want = tile_spec(tile_rows, s.causal, queries);
+    VLM_CHECK(tiles.spec == want, op, ": needs the tile list of ", want.str(), ", got one of ",
+              tiles.spec.str());
+    VLM_CHECK(tiles.count > 0 && tiles.count <= INT32_MAX && tiles.tiles != nullptr, op,
+              ": a tile list of ", tiles.count, " tiles for ", s.tokens, " tokens");
     allow_smem(kernel, Cfg::smem);
-    kernel<<<dim3(unsigned(tiles.n), unsigned(queries ? Hq : Hkv)), Cfg::kThreads, Cfg::smem,
-             stream>>>(args..., tiles.p, Hq, Hkv, D, float(s.scale), s.causal);
+    kernel<<<dim3(unsigned(tiles.count), unsigned(queries ? Hq : Hkv)), Cfg::kThreads, Cfg::smem,
+             stream>>>(args..., tiles.tiles, Hq, Hkv, D, float(s.scale), s.causal);
     check_last_launch(op);
   }
 };

@@ -235,28 +235,28 @@ __global__ void __launch_bounds__(kB * 2)
 
 template <typename T>
 void attention_fwd(T* out, float* lse, const T* q, const T* k, const T* v,
-                   const int32_t* cu_seqlens_host, const AttentionShape& s, void* stream) {
+                   const TileList& query_tiles, const AttentionShape& s, void* stream) {
   check_shape(s, "attention_fwd");
   if (s.tokens == 0) return;
-  const FlashLauncher flash{cu_seqlens_host, s, static_cast<cudaStream_t>(stream)};
+  const FlashLauncher flash{s, static_cast<cudaStream_t>(stream)};
   by_head_dim(s.head_dim, [&](auto kd) {
     constexpr int kD = decltype(kd)::value, kB = fwd_rows<kD>();
     if constexpr (std::is_same_v<T, vlm::bf16>) {
       if (!simt_only()) {
         flash.launch<WmmaCfg<kD, kB>>("attention_fwd (tensor cores)", flash_fwd_wmma_kernel<kD, kB>,
-                                      TileRows::queries, kB, dptr(out), lse, dptr(q), dptr(k),
-                                      dptr(v));
+                                      TileRows::queries, kB, query_tiles, dptr(out), lse, dptr(q),
+                                      dptr(k), dptr(v));
         return;
       }
     }
     flash.launch<FwdCfg<kD, kB, kB>>("attention_fwd", flash_fwd_kernel<cuda_t<T>, kD, kB, kB>,
-                                     TileRows::queries, kB, dptr(out), lse, dptr(q), dptr(k),
-                                     dptr(v));
+                                     TileRows::queries, kB, query_tiles, dptr(out), lse, dptr(q),
+                                     dptr(k), dptr(v));
   });
 }
 
 #define VLM_INSTANTIATE(T)                                                                         \
-  template void attention_fwd<T>(T*, float*, const T*, const T*, const T*, const int32_t*,         \
+  template void attention_fwd<T>(T*, float*, const T*, const T*, const T*, const TileList&,        \
                                  const AttentionShape&, void*);
 VLM_INSTANTIATE(float)
 VLM_INSTANTIATE(vlm::bf16)

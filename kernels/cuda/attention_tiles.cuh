@@ -1,20 +1,17 @@
-// Shared by the attention kernels (attention_fwd.cu, attention_bwd.cu, attention_ref.cu): the tile
-// list built on the host from cu_seqlens, shared-memory tile loads and row-group reductions of the
-// flash kernels, the launch helpers. For .cu files under kernels/cuda only.
+// Shared by the attention kernels (attention_fwd.cu, attention_bwd.cu, attention_ref.cu):
+// shared-memory tile loads and row-group reductions of the flash kernels, the launch helpers. For
+// .cu files under kernels/cuda only.
 //
-// Tiles never cross documents; the host builds the list of tiles from cu_seqlens (each tile:
-// document start, document length, first row) with the heaviest tiles first, and uploads it.
-// Rows and columns past the end of a document are zero-filled in shared memory and masked.
+// Tiles never cross documents; the tile lists (kernels/attention_tiles.h: document start, document
+// length, first row; heaviest first) are built on the host and reach the launchers already on the
+// device. Rows and columns past the end of a document are zero-filled in shared memory and masked.
 #pragma once
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/check.cuh"
@@ -29,11 +26,7 @@ using dev::to_f32;
 using ldst::cuda_t;
 using ldst::dptr;
 
-struct Tile {
-  int32_t start; // first token of the document
-  int32_t len;   // tokens in the document
-  int32_t begin; // first row of the tile, relative to the document start
-};
+using kernels::Tile;
 
 // Sums a value over the kG consecutive lanes of a row group (all lanes of the warp take part).
 template <int kG> __device__ __forceinline__ float group_sum(float x) {
@@ -88,41 +81,6 @@ inline void check_shape(const AttentionShape& s, const char* op) {
   VLM_CHECK(s.tokens <= INT32_MAX, op, ": ", s.tokens, " tokens exceed int32 offsets");
 }
 
-// Tiles of `rows` rows over every document, heaviest first (for causal attention the work of a
-// tile grows with its distance from the document start: late query tiles and early key tiles).
-inline std::vector<Tile> make_tiles(const int32_t* cu, int64_t docs, int rows, bool causal,
-                                    bool late_first) {
-  std::vector<Tile> tiles;
-  for (int64_t b = 0; b < docs; b++) {
-    const int32_t start = cu[b], len = cu[b + 1] - cu[b];
-    for (int32_t r = 0; r < len; r += rows) tiles.push_back({start, len, r});
-  }
-  auto work = [&](const Tile& t) -> int64_t {
-    if (!causal) return t.len;
-    return late_first ? int64_t(t.begin) + rows : int64_t(t.len) - t.begin;
-  };
-  std::stable_sort(tiles.begin(), tiles.end(),
-                   [&](const Tile& a, const Tile& b) { return work(a) > work(b); });
-  VLM_CHECK(tiles.size() <= size_t(INT32_MAX), "attention: too many tiles: ", tiles.size());
-  return tiles;
-}
-
-// The tile list on the device, freed (stream-ordered) when it goes out of scope.
-struct DeviceTiles {
-  Tile* p = nullptr;
-  size_t n = 0;
-  cudaStream_t stream;
-  DeviceTiles(const std::vector<Tile>& tiles, cudaStream_t s) : n(tiles.size()), stream(s) {
-    if (n == 0) return;
-    p = static_cast<Tile*>(malloc_async(n * sizeof(Tile), s));
-    // From pageable memory the copy is staged before the call returns: `tiles` may go away.
-    memcpy_h2d(p, tiles.data(), n * sizeof(Tile), s);
-  }
-  ~DeviceTiles() { free_async(p, stream); }
-  DeviceTiles(const DeviceTiles&) = delete;
-  DeviceTiles& operator=(const DeviceTiles&) = delete;
-};
-
 template <typename Kernel> void allow_smem(Kernel kernel, size_t bytes) {
   VLM_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -137,13 +95,11 @@ template <typename F> void by_head_dim(int64_t D, F&& f) {
   else
     f(std::integral_constant<int, 256>());
 }
-// VLM_ATTENTION_SIMT=1: the bf16 forward uses the fp32 SIMT kernel instead of tensor cores.
-inline bool simt_only() {
-  const char* e = std::getenv("VLM_ATTENTION_SIMT");
-  return e != nullptr && e[0] == '1';
-}
+// VLM_ATTENTION_SIMT=1: bf16 runs the fp32 SIMT kernels instead of tensor cores.
+inline bool simt_only() { return attention_simt_only(); }
 
-// Tile rows per head-dim bucket (shared memory grows with kD).
+// Tile rows per head-dim bucket (shared memory grows with kD); flash_query_rows (the tile lists'
+// rows, kernels/cpu/attention_tiles.cpp) gives the same for every D of the bucket.
 template <int kD> constexpr int fwd_rows() { return kD <= 128 ? 64 : 32; }
 
 } // namespace vlm::kernels::cuda::attn

@@ -2,7 +2,7 @@
 // as the CPU kernel (kernels/cpu/conv1d.cpp): taps in increasing order from zero, dx over the
 // reading tokens in increasing order, dw over the CPU kernel's token blocks in block order.
 //  * forward and dx: one thread per (token, channel), channels fastest (coalesced); the document
-//    start of a token comes from a binary search in the uploaded offsets.
+//    start of a token comes from a binary search in the offsets (on the device already).
 //  * dw: a thread per (channel, token block) keeps the K sums of its channel in registers and
 //    writes them to a scratch [blocks, K, C]; a second kernel adds the blocks in order.
 #include "kernels/conv1d.h"
@@ -139,9 +139,12 @@ __global__ void __launch_bounds__(kThreads)
   st(dw + int64_t(c) * K + i, total);
 }
 
-void check_shape(const char* op, int64_t docs, int64_t tokens, int64_t C, int64_t K) {
+void check_shape(const char* op, const VarlenOffsets& offsets, int64_t tokens, int64_t C,
+                 int64_t K) {
+  const int64_t docs = offsets.docs;
   VLM_CHECK(docs >= 1 && tokens >= 0 && C > 0 && K >= 1, op, ": bad shape docs=", docs,
             " T=", tokens, " C=", C, " K=", K);
+  VLM_CHECK(offsets.cu_seqlens != nullptr || tokens == 0, op, ": no device offsets");
   VLM_CHECK(K <= kMaxConvTaps, op, ": kernel_size ", K, " > ", kMaxConvTaps,
             " is not supported on CUDA");
   VLM_CHECK(tokens * C <= INT32_MAX && docs <= INT32_MAX, op, ": T=", tokens, " x C=", C,
@@ -152,49 +155,34 @@ unsigned grid_for(int64_t n) {
   return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536));
 }
 
-// The offsets on the device, freed (stream-ordered) when it goes out of scope.
-struct DeviceOffsets {
-  int32_t* p;
-  cudaStream_t stream;
-  DeviceOffsets(const int32_t* host, int64_t docs, cudaStream_t s) : stream(s) {
-    const size_t bytes = size_t(docs + 1) * sizeof(int32_t);
-    p = static_cast<int32_t*>(malloc_async(bytes, s));
-    memcpy_h2d(p, host, bytes, s); // pageable source: staged before the call returns
-  }
-  ~DeviceOffsets() { free_async(p, stream); }
-  DeviceOffsets(const DeviceOffsets&) = delete;
-  DeviceOffsets& operator=(const DeviceOffsets&) = delete;
-};
-
 } // namespace
 
 template <typename T>
-void causal_conv1d_fwd(T* y, const T* x, const T* w, const int32_t* cu_seqlens_host, int64_t docs,
-                       int64_t tokens, int64_t channels, int64_t kernel_size, bool silu,
-                       void* stream) {
-  check_shape("causal_conv1d_fwd", docs, tokens, channels, kernel_size);
+void causal_conv1d_fwd(T* y, const T* x, const T* w, const VarlenOffsets& offsets, int64_t tokens,
+                       int64_t channels, int64_t kernel_size, bool silu, void* stream) {
+  check_shape("causal_conv1d_fwd", offsets, tokens, channels, kernel_size);
   if (tokens == 0) return;
   cudaStream_t st = as_stream(stream);
-  const DeviceOffsets cu(cu_seqlens_host, docs, st);
   fwd_kernel<<<grid_for(tokens * channels), kThreads, 0, st>>>(
-      dptr(y), dptr(x), dptr(w), cu.p, int(docs), int(tokens), int(channels), int(kernel_size),
-      silu);
+      dptr(y), dptr(x), dptr(w), offsets.cu_seqlens, int(offsets.docs), int(tokens), int(channels),
+      int(kernel_size), silu);
   check_last_launch("causal_conv1d_fwd");
 }
 
 template <typename T>
 void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w,
-                       const int32_t* cu_seqlens_host, int64_t docs, int64_t tokens,
-                       int64_t channels, int64_t kernel_size, bool silu, void* stream) {
-  check_shape("causal_conv1d_bwd", docs, tokens, channels, kernel_size);
+                       const VarlenOffsets& offsets, int64_t tokens, int64_t channels,
+                       int64_t kernel_size, bool silu, void* stream) {
+  check_shape("causal_conv1d_bwd", offsets, tokens, channels, kernel_size);
+  const int32_t* cu = offsets.cu_seqlens;
+  const int docs = int(offsets.docs);
   const int C = int(channels), K = int(kernel_size);
   cudaStream_t st = as_stream(stream);
   if (dw && tokens == 0) memset_async(dw, 0, size_t(C) * K * sizeof(T), st); // bf16 zero: 0 bits
   if ((!dx && !dw) || tokens == 0) return;
-  const DeviceOffsets cu(cu_seqlens_host, docs, st);
   if (dx) {
     dx_kernel<<<grid_for(tokens * channels), kThreads, 0, st>>>(
-        dptr(dx), dptr(dy), dptr(x), dptr(w), cu.p, int(docs), int(tokens), C, K, silu);
+        dptr(dx), dptr(dy), dptr(x), dptr(w), cu, docs, int(tokens), C, K, silu);
     check_last_launch("causal_conv1d_bwd (dx)");
   }
   if (dw) {
@@ -202,8 +190,8 @@ void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w,
     const int blocks = int((tokens + block - 1) / block);
     float* partial = static_cast<float*>(malloc_async(size_t(blocks) * K * C * sizeof(float), st));
     const dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned(blocks));
-    dw_partial_kernel<<<grid, kThreads, 0, st>>>(partial, dptr(dy), dptr(x), dptr(w), cu.p,
-                                                 int(docs), int(tokens), C, K, int(block), silu);
+    dw_partial_kernel<<<grid, kThreads, 0, st>>>(partial, dptr(dy), dptr(x), dptr(w), cu, docs,
+                                                 int(tokens), C, K, int(block), silu);
     check_last_launch("causal_conv1d_bwd (dw blocks)");
     dw_sum_kernel<<<grid_for(int64_t(C) * K), kThreads, 0, st>>>(dptr(dw), partial, blocks, C, K);
     check_last_launch("causal_conv1d_bwd (dw sum)");
@@ -212,10 +200,10 @@ void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w,
 }
 
 #define VLM_INSTANTIATE(T)                                                                         \
-  template void causal_conv1d_fwd<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t,     \
+  template void causal_conv1d_fwd<T>(T*, const T*, const T*, const VarlenOffsets&, int64_t,        \
                                      int64_t, int64_t, bool, void*);                               \
-  template void causal_conv1d_bwd<T>(T*, T*, const T*, const T*, const T*, const int32_t*,         \
-                                     int64_t, int64_t, int64_t, int64_t, bool, void*);
+  template void causal_conv1d_bwd<T>(T*, T*, const T*, const T*, const T*, const VarlenOffsets&,   \
+                                     int64_t, int64_t, int64_t, bool, void*);
 VLM_INSTANTIATE(float)
 VLM_INSTANTIATE(vlm::bf16)
 #undef VLM_INSTANTIATE

@@ -26,6 +26,7 @@
 namespace vlm::kernels::cuda {
 namespace {
 
+using gdn::check_offsets;
 using gdn::device_attribute;
 using gdn::Dims;
 using gdn::dims_of;
@@ -219,39 +220,30 @@ void gdn::sum_heads(float* dst, const float* part, int64_t rows, int group, int 
 
 void gated_delta_recurrent_fwd(float* out, float* final_state, const float* q, const float* k,
                                const float* v, const float* g, const float* beta,
-                               const float* initial_state, const int32_t* cu_seqlens_host,
+                               const float* initial_state, const VarlenOffsets& offsets,
                                const GatedDeltaShape& shape, void* stream) {
   const Dims P = dims_of(shape, "gated_delta_recurrent_fwd");
+  check_offsets(offsets, shape, "gated_delta_recurrent_fwd");
   if (shape.tokens == 0 && !final_state) return;
   cudaStream_t st = dev::as_stream(stream);
-  Scratch cu(size_t(shape.docs + 1) * sizeof(int32_t), st);
-  memcpy_h2d(cu.p, cu_seqlens_host, size_t(shape.docs + 1) * sizeof(int32_t), st);
   const dim3 grid(unsigned(shape.docs), unsigned(P.HV), unsigned((P.dv + kCols - 1) / kCols));
   const size_t smem = size_t(P.dk) * kCols * sizeof(float); // <= 32 KiB
   fwd_kernel<<<grid, kCols, smem, st>>>(out, final_state, q, k, v, g, beta, initial_state,
-                                        cu.as<int32_t>(), P);
+                                        offsets.cu_seqlens, P);
   check_last_launch("gated_delta_recurrent_fwd");
 }
 
 void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float* dbeta,
                                float* d_initial_state, const float* dout, const float* q,
                                const float* k, const float* v, const float* g, const float* beta,
-                               const float* initial_state, const int32_t* cu_seqlens_host,
+                               const float* initial_state, const VarlenOffsets& offsets,
                                const GatedDeltaShape& shape, void* stream) {
   const Dims P = dims_of(shape, "gated_delta_recurrent_bwd");
+  check_offsets(offsets, shape, "gated_delta_recurrent_bwd");
   if (shape.tokens == 0 && !d_initial_state) return;
   cudaStream_t st = dev::as_stream(stream);
   const int docs = int(shape.docs);
-  // Offsets and each document's first chunk, uploaded together.
-  std::vector<int32_t> offsets(size_t(2 * docs + 1));
-  int64_t chunk_total = 0;
-  for (int b = 0; b <= docs; b++) offsets[size_t(b)] = cu_seqlens_host[b];
-  for (int b = 0; b < docs; b++) {
-    offsets[size_t(docs + 1 + b)] = int32_t(chunk_total);
-    chunk_total += (cu_seqlens_host[b + 1] - cu_seqlens_host[b] + kChunk - 1) / kChunk;
-  }
-  Scratch offs(offsets.size() * sizeof(int32_t), st);
-  memcpy_h2d(offs.p, offsets.data(), offsets.size() * sizeof(int32_t), st);
+  const int64_t chunk_total = offsets.chunks;
 
   const int64_t size = int64_t(P.dk) * P.dv;
   const size_t ds_bytes = size_t(P.dk) * (P.dv + 1) * sizeof(float);
@@ -284,8 +276,8 @@ void gated_delta_recurrent_bwd(float* dq, float* dk, float* dv, float* dg, float
   A.g = g;
   A.beta = beta;
   A.initial_state = initial_state;
-  A.cu = offs.as<int32_t>();
-  A.chunk_off = offs.as<int32_t>() + docs + 1;
+  A.cu = offsets.cu_seqlens;
+  A.chunk_off = offsets.chunk_starts;
   A.bounds = bounds.as<float>();
   A.slots = slot_mem.as<float>();
   A.slot_floats = slot_floats;

@@ -32,6 +32,7 @@
 namespace vlm::kernels::cuda {
 namespace {
 
+using gdn::check_offsets;
 using gdn::Dims;
 using gdn::dims_of;
 using gdn::Scratch;
@@ -537,24 +538,6 @@ template <typename Kernel> void allow_smem(Kernel kernel, size_t bytes) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-// cu_seqlens and each document's first chunk, uploaded together: [docs + 1] then [docs].
-struct Offsets {
-  Scratch mem;
-  int64_t chunks = 0;
-  Offsets(const int32_t* cu, int docs, cudaStream_t st)
-      : mem(size_t(2 * docs + 1) * sizeof(int32_t), st) {
-    std::vector<int32_t> host(size_t(2 * docs + 1));
-    for (int b = 0; b <= docs; b++) host[size_t(b)] = cu[b];
-    for (int b = 0; b < docs; b++) {
-      host[size_t(docs + 1 + b)] = int32_t(chunks);
-      chunks += (cu[b + 1] - cu[b] + kChunk - 1) / kChunk;
-    }
-    memcpy_h2d(mem.p, host.data(), host.size() * sizeof(int32_t), st);
-  }
-  const int32_t* cu() const { return mem.as<int32_t>(); }
-  const int32_t* chunk_off(int docs) const { return mem.as<int32_t>() + docs + 1; }
-};
-
 void launch_fwd(FwdArgs A, int docs, cudaStream_t st, const char* op) {
   A.nc = columns_for(A.P.dk, A.P.dv, fwd_smem_floats, op);
   const size_t smem = size_t(fwd_smem_floats(A.P.dk, A.nc)) * sizeof(float);
@@ -568,14 +551,14 @@ void launch_fwd(FwdArgs A, int docs, cudaStream_t st, const char* op) {
 
 void gated_delta_chunk_fwd(float* out, float* final_state, const float* q, const float* k,
                            const float* v, const float* g, const float* beta,
-                           const float* initial_state, const int32_t* cu_seqlens_host,
+                           const float* initial_state, const VarlenOffsets& offsets,
                            const GatedDeltaShape& shape, void* stream) {
   const char* op = "gated_delta_chunk_fwd";
   const Dims P = dims_of(shape, op);
+  check_offsets(offsets, shape, op);
   if (shape.tokens == 0 && !final_state) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int docs = int(shape.docs);
-  const Offsets offs(cu_seqlens_host, docs, st);
   FwdArgs A{};
   A.out = out;
   A.final_state = final_state;
@@ -585,8 +568,8 @@ void gated_delta_chunk_fwd(float* out, float* final_state, const float* q, const
   A.g = g;
   A.beta = beta;
   A.initial_state = initial_state;
-  A.cu = offs.cu();
-  A.chunk_off = offs.chunk_off(docs);
+  A.cu = offsets.cu_seqlens;
+  A.chunk_off = offsets.chunk_starts;
   A.P = P;
   launch_fwd(A, docs, st, op);
 }
@@ -594,17 +577,17 @@ void gated_delta_chunk_fwd(float* out, float* final_state, const float* q, const
 void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* dbeta,
                            float* d_initial_state, const float* dout, const float* q,
                            const float* k, const float* v, const float* g, const float* beta,
-                           const float* initial_state, const int32_t* cu_seqlens_host,
+                           const float* initial_state, const VarlenOffsets& offsets,
                            const GatedDeltaShape& shape, void* stream) {
   const char* op = "gated_delta_chunk_bwd";
   const Dims P = dims_of(shape, op);
+  check_offsets(offsets, shape, op);
   if (shape.tokens == 0 && !d_initial_state) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int docs = int(shape.docs);
   const int64_t T = shape.tokens, size = int64_t(P.dk) * P.dv;
-  const Offsets offs(cu_seqlens_host, docs, st);
   // The forward pass: the state at every chunk start and V'.
-  Scratch h_save(size_t(offs.chunks * P.HV * size) * sizeof(float), st);
+  Scratch h_save(size_t(offsets.chunks * P.HV * size) * sizeof(float), st);
   Scratch vp_save(size_t(T * P.HV * P.dv) * sizeof(float), st);
   FwdArgs F{};
   F.h_save = h_save.as<float>();
@@ -615,8 +598,8 @@ void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* db
   F.g = g;
   F.beta = beta;
   F.initial_state = initial_state;
-  F.cu = offs.cu();
-  F.chunk_off = offs.chunk_off(docs);
+  F.cu = offsets.cu_seqlens;
+  F.chunk_off = offsets.chunk_starts;
   F.P = P;
   if (T > 0) launch_fwd(F, docs, st, op);
   // The chunks backwards, each column group writing its parts of dq, dk, dg, dbeta.
@@ -641,8 +624,8 @@ void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* db
   A.v = v;
   A.g = g;
   A.beta = beta;
-  A.cu = offs.cu();
-  A.chunk_off = offs.chunk_off(docs);
+  A.cu = offsets.cu_seqlens;
+  A.chunk_off = offsets.chunk_starts;
   A.P = P;
   const size_t smem = size_t(bwd_smem_floats(P.dk, A.nc)) * sizeof(float);
   allow_smem(chunk_bwd_kernel, smem);

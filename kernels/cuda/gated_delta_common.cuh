@@ -1,6 +1,6 @@
 // What the gated delta rule's CUDA files (gated_delta.cu: the recurrence, gated_delta_chunk.cu:
-// the chunked form) share: the shape check, stream-ordered scratch and the GVA head sum.
-// For .cu files under kernels/cuda only.
+// the chunked form) share: the shape and offsets checks, stream-ordered scratch and the GVA head
+// sum. For .cu files under kernels/cuda only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +32,15 @@ inline Dims dims_of(const GatedDeltaShape& s, const char* op) {
   return Dims{
       int(s.k_heads), int(s.v_heads), int(s.k_dim), int(s.v_dim), int(s.v_heads / s.k_heads),
       float(s.scale)};
+}
+
+// The documents of `s` on the device, with chunk starts for kGatedDeltaChunk-token chunks.
+inline void check_offsets(const VarlenOffsets& o, const GatedDeltaShape& s, const char* op) {
+  VLM_CHECK(o.docs == s.docs, op, ": offsets of ", o.docs, " documents for a shape of ", s.docs);
+  VLM_CHECK(o.chunk == kGatedDeltaChunk, op, ": chunk starts of ", o.chunk,
+            "-token chunks, the kernels cut ", kGatedDeltaChunk);
+  VLM_CHECK(o.cu_seqlens != nullptr && o.chunk_starts != nullptr && o.chunks >= 0, op,
+            ": no device offsets");
 }
 
 // Device memory freed (stream-ordered) when it goes out of scope.

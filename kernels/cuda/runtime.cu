@@ -106,7 +106,7 @@ double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
 
 // The counters of launch_counts().
 struct Counters {
-  std::atomic<uint64_t> kernels{0}, library_calls{0}, h2d{0}, d2h{0}, syncs{0};
+  std::atomic<uint64_t> kernels{0}, library_calls{0}, h2d{0}, d2h{0}, syncs{0}, h2d_pageable{0};
 };
 Counters& counters() {
   static Counters c;
@@ -124,12 +124,13 @@ LaunchCounts launch_counts() {
   r.h2d_copies = c.h2d.load(std::memory_order_relaxed);
   r.d2h_copies = c.d2h.load(std::memory_order_relaxed);
   r.syncs = c.syncs.load(std::memory_order_relaxed);
+  r.h2d_pageable = c.h2d_pageable.load(std::memory_order_relaxed);
   return r;
 }
 
 void reset_launch_counts() {
   Counters& c = counters();
-  for (auto* a : {&c.kernels, &c.library_calls, &c.h2d, &c.d2h, &c.syncs})
+  for (auto* a : {&c.kernels, &c.library_calls, &c.h2d, &c.d2h, &c.syncs, &c.h2d_pageable})
     a->store(0, std::memory_order_relaxed);
 }
 
@@ -225,10 +226,23 @@ void memset_async(void* p, int value, size_t bytes, void* stream) {
   if (bytes) VLM_CUDA_CHECK(cudaMemsetAsync(p, value, bytes, as_stream(stream)));
 }
 
+namespace {
+// True when p is host memory the CUDA runtime does not know (neither page-locked nor mapped).
+bool pageable(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return a.type == cudaMemoryTypeUnregistered;
+}
+} // namespace
+
 void memcpy_h2d(void* dst, const void* src, size_t bytes, void* stream) {
-  if (bytes) bump(counters().h2d);
-  if (bytes)
-    VLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+  if (bytes == 0) return;
+  bump(counters().h2d);
+  if (pageable(src)) bump(counters().h2d_pageable);
+  VLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
 }
 
 void memcpy_d2h(void* dst, const void* src, size_t bytes, void* stream) {

@@ -64,7 +64,7 @@ GatedDeltaNet::GatedDeltaNet(const GatedDeltaNetConfig& c, DType dtype) : config
 Tensor GatedDeltaNet::conv(const Tensor& qkv, const BlockContext& ctx) const {
   const Tensor& w = conv1d_->param("weight");
   const Tensor weight = reshape(w, {w.size(0), w.size(2)});
-  if (!ctx.cache) return causal_conv1d(qkv, weight, ctx.varlen.cu_seqlens, /*silu=*/true);
+  if (!ctx.cache) return causal_conv1d(qkv, weight, ctx.varlen, /*silu=*/true);
   // Generation: the cached inputs (zeros before the document) go in front of the new ones.
   const int64_t K = weight.size(1), T = qkv.size(0);
   Tensor& history = ctx.cache->conv_history;
@@ -88,9 +88,8 @@ Tensor GatedDeltaNet::forward(const Tensor& h, const BlockContext& ctx) const {
   const Tensor beta = sigmoid(in_b_->forward(h));
   const Tensor g =
       mul(neg(exp(param("A_log"))), softplus(add(in_a_->forward(h), param("dt_bias"))));
-  const Tensor o =
-      gated_delta_rule(q, k, v, g, beta, ctx.varlen.cu_seqlens, 1.0 / std::sqrt(double(dk)),
-                       ctx.cache ? &ctx.cache->state : nullptr);
+  const Tensor o = gated_delta_rule(q, k, v, g, beta, ctx.varlen, 1.0 / std::sqrt(double(dk)),
+                                    ctx.cache ? &ctx.cache->state : nullptr);
   const Tensor z = reshape(in_z_->forward(h), {T, HV, dv});
   const Tensor n = rms_norm_gated(o, z, norm_->param("weight"), c.rms_norm_eps);
   return out_->forward(reshape(n, {T, HV * dv}));

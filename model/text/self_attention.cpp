@@ -47,9 +47,8 @@ Tensor SelfAttention::forward(const Tensor& h, const BlockContext& ctx) const {
   const Tensor k = k_norm_->forward_rope(reshape(k_->forward(h), {T, kv_heads, D}), ctx.rope);
   const Tensor v = reshape(v_->forward(h), {T, kv_heads, D});
   const double softmax_scale = 1.0 / std::sqrt(double(D));
-  const Tensor a = ctx.cache
-                       ? cached_attention(q, k, v, *ctx.cache, softmax_scale)
-                       : attention(q, k, v, ctx.varlen.cu_seqlens, /*causal=*/true, softmax_scale);
+  const Tensor a = ctx.cache ? cached_attention(q, k, v, *ctx.cache, softmax_scale)
+                             : attention(q, k, v, ctx.varlen, /*causal=*/true, softmax_scale);
   Tensor o = reshape(a, {T, heads * D});
   if (output_gate_) o = mul(o, sigmoid(gate));
   return o_->forward(o);

@@ -8,6 +8,7 @@
 #include "src/core/autograd.h"
 #include "src/core/ops/attention_cudnn.h"
 #include "src/core/ops/common.h"
+#include "src/core/varlen.h"
 
 namespace vlm {
 
@@ -19,7 +20,8 @@ namespace {
 DType lse_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 struct AttentionBackward final : Node {
-  Tensor q, k, v, out, lse, cu_seqlens; // contiguous, detached; cu_seqlens always on the CPU
+  Tensor q, k, v, out, lse; // contiguous, detached
+  VarlenLayout varlen;      // its device data (tile lists) shared with the forward
   kernels::AttentionShape shape;
   std::optional<CudnnAttentionSaved> cudnn; // set: the forward ran on cuDNN (q..lse view it)
   const char* name() const override { return "AttentionBackward"; }
@@ -39,28 +41,30 @@ struct AttentionBackward final : Node {
           using T = decltype(t);
           kernels::cpu::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
                                          q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
-                                         lse.data<acc_t<T>>(), cu_seqlens.data<int32_t>(), shape);
+                                         lse.data<acc_t<T>>(), varlen.cu_seqlens.data<int32_t>(),
+                                         shape);
         },
         [&](auto t, void* stream) {
           using T = decltype(t);
-          kernels::cuda::attention_bwd<T>(dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(),
-                                          q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
-                                          lse.data<float>(), cu_seqlens.data<int32_t>(), shape,
-                                          stream);
+          const kernels::FlashTileSpecs specs = kernels::flash_tile_specs(shape, q.dtype());
+          kernels::cuda::attention_bwd<T>(
+              dq.data<T>(), dk.data<T>(), dv.data<T>(), g.data<T>(), q.data<T>(), k.data<T>(),
+              v.data<T>(), out.data<T>(), lse.data<float>(),
+              varlen.attention_tiles(q.device(), specs.keys),
+              varlen.attention_tiles(q.device(), specs.queries), shape, stream);
         });
     return {needs_input_grad(0) ? dq : Tensor(), needs_input_grad(1) ? dk : Tensor(),
             needs_input_grad(2) ? dv : Tensor()};
   }
   void release() override {
-    q = k = v = out = lse = cu_seqlens = Tensor();
+    q = k = v = out = lse = Tensor();
+    varlen = VarlenLayout();
     cudnn.reset();
   }
 };
 
-} // namespace
-
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                 bool causal, double scale) {
+// q, k, v and scale as attention() takes them (the offsets are checked apart).
+void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   check_float("attention", "q", q);
   check_float("attention", "k", k);
   check_float("attention", "v", v);
@@ -80,11 +84,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
             "attention: query heads must be a multiple of kv heads, got ", describe("q", q), ", ",
             describe("k", k));
   VLM_CHECK(std::isfinite(scale), "attention: scale must be finite, got ", scale);
-  check_defined("attention", "cu_seqlens", cu_seqlens);
-  // Private host copy: backward must see the validated offsets, and the CUDA kernels build their
-  // tile lists from host offsets (a CUDA cu_seqlens is copied back, which synchronizes).
-  Tensor cu = cu_seqlens.device().is_cpu() ? cu_seqlens.clone() : cu_seqlens.to(Device::cpu());
-  check_cu_seqlens("attention", cu, "q", q);
+}
+
+} // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const VarlenLayout& varlen,
+                 bool causal, double scale) {
+  check_operands(q, k, v, scale);
+  VLM_CHECK(varlen.cu_seqlens.defined() && varlen.tokens == q.size(0), "attention: the layout has ",
+            varlen.tokens, " tokens but ", describe("q", q));
   if (q.device().is_cuda()) {
     VLM_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16,
               "attention: CUDA supports f32 and bf16, got ", describe("q", q),
@@ -97,14 +105,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   shape.q_heads = q.size(1);
   shape.kv_heads = k.size(1);
   shape.head_dim = q.size(2);
-  shape.docs = cu_seqlens.size(0) - 1;
+  shape.docs = varlen.docs;
   shape.causal = causal;
   shape.scale = scale;
 
   Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   // CUDA bf16: cuDNN's fused attention where it runs this configuration
   // (kernels/attention_cudnn.h), else the own kernel below.
-  std::optional<CudnnAttentionSaved> cudnn = cudnn_attention_forward(qc, kc, vc, cu, shape);
+  std::optional<CudnnAttentionSaved> cudnn = cudnn_attention_forward(qc, kc, vc, varlen, shape);
   Tensor out, lse;
   if (cudnn) {
     out = first_rows(cudnn->out, shape.tokens);
@@ -122,13 +130,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
         [&](auto t) {
           using T = decltype(t);
           kernels::cpu::attention_fwd<T>(out.data<T>(), lse.data<acc_t<T>>(), qc.data<T>(),
-                                         kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape);
+                                         kc.data<T>(), vc.data<T>(),
+                                         varlen.cu_seqlens.data<int32_t>(), shape);
         },
         [&](auto t, void* stream) {
           using T = decltype(t);
-          kernels::cuda::attention_fwd<T>(out.data<T>(), lse.data<float>(), qc.data<T>(),
-                                          kc.data<T>(), vc.data<T>(), cu.data<int32_t>(), shape,
-                                          stream);
+          const kernels::TileSpec queries = kernels::flash_tile_specs(shape, q.dtype()).queries;
+          kernels::cuda::attention_fwd<T>(
+              out.data<T>(), lse.data<float>(), qc.data<T>(), kc.data<T>(), vc.data<T>(),
+              varlen.attention_tiles(q.device(), queries), shape, stream);
         });
   if (needs_grad({&q, &k, &v})) {
     auto node = std::make_shared<AttentionBackward>();
@@ -137,12 +147,22 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     node->v = vc.detach();
     node->out = out.detach();
     node->lse = lse;
-    node->cu_seqlens = cu;
+    node->varlen = varlen;
     node->shape = shape;
     node->cudnn = std::move(cudnn);
     record(node, {&q, &k, &v}, {&out});
   }
   return out;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                 bool causal, double scale) {
+  check_operands(q, k, v, scale);
+  check_defined("attention", "cu_seqlens", cu_seqlens);
+  // The offsets are read on the host (a CUDA cu_seqlens is copied back, which synchronizes).
+  const Tensor cu = cu_seqlens.device().is_cpu() ? cu_seqlens : cu_seqlens.to(Device::cpu());
+  check_cu_seqlens("attention", cu, "q", q);
+  return attention(q, k, v, VarlenLayout::of(cu, q.size(0)), causal, scale);
 }
 
 } // namespace vlm

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -72,13 +71,12 @@ Tensor padded_empty(const Shape& rows_shape, DType dtype, Device device) {
 
 template <typename T> T* ptr(const Tensor& t) { return t.data<T>(); }
 
-// The ragged layout's device image, copied from page-locked memory (an asynchronous copy, as the
-// batch's own upload in model::to_device).
-Tensor upload_ragged(const cudnn_attention::RaggedLayout& layout, Device device) {
-  const std::vector<uint8_t> image = cudnn_attention::ragged_device_bytes(layout);
-  Tensor staging = Tensor::empty_pinned({int64_t(image.size())}, DType::u8);
-  std::memcpy(staging.data_ptr(), image.data(), image.size());
-  return staging.to(device);
+// The ragged layout's device image for `shape`, kept by the batch's layout: uploaded (from pinned
+// memory) by the first layer that needs it, read by the others and by every backward.
+Tensor ragged_image(const VarlenLayout& varlen, const cudnn_attention::RaggedLayout& layout,
+                    const kernels::AttentionShape& shape, bool pad_batch, Device device) {
+  return varlen.device_image(device, cudnn_attention::ragged_image_key(shape, pad_batch),
+                             [&] { return cudnn_attention::ragged_device_bytes(layout); });
 }
 
 } // namespace
@@ -169,24 +167,25 @@ AttentionProbe probe_cudnn_attention(const kernels::AttentionShape& production, 
   void* stream = current_stream(device).handle();
 
   // The reference: the own kernels' slow exact-order version.
-  Tensor cu_dev = Tensor::from_vector<int32_t>(cu, {int64_t(cu.size())}).to(device);
+  const VarlenLayout varlen =
+      VarlenLayout::of(Tensor::from_vector<int32_t>(cu, {int64_t(cu.size())}), s.tokens);
+  const int32_t* cu_dev = varlen.device_offsets(device).cu_seqlens;
   Tensor ro = Tensor::full({T, Hq, D}, NAN, DType::bf16, device);
   Tensor rl = Tensor::full({T, Hq}, NAN, DType::f32, device);
   Tensor rdq = Tensor::full({T, Hq, D}, NAN, DType::bf16, device);
   Tensor rdk = Tensor::full({T, Hkv, D}, NAN, DType::bf16, device);
   Tensor rdv = Tensor::full({T, Hkv, D}, NAN, DType::bf16, device);
   kernels::cuda::attention_ref_fwd<bf16>(ptr<bf16>(ro), ptr<float>(rl), ptr<bf16>(qd),
-                                         ptr<bf16>(kd), ptr<bf16>(vd), ptr<int32_t>(cu_dev), s,
-                                         stream);
+                                         ptr<bf16>(kd), ptr<bf16>(vd), cu_dev, s, stream);
   kernels::cuda::attention_ref_bwd<bf16>(
       ptr<bf16>(rdq), ptr<bf16>(rdk), ptr<bf16>(rdv), ptr<bf16>(dod), ptr<bf16>(qd), ptr<bf16>(kd),
-      ptr<bf16>(vd), ptr<bf16>(ro), ptr<float>(rl), ptr<int32_t>(cu_dev), s, stream);
+      ptr<bf16>(vd), ptr<bf16>(ro), ptr<float>(rl), cu_dev, s, stream);
 
   // cuDNN, as the op runs it, outputs NaN first.
-  const auto layout = cudnn_attention::ragged_layout(
-      cu.data(), s, cudnn_attention::zero_length_supported(cap.cudnn_version));
+  const bool pad = cudnn_attention::zero_length_supported(cap.cudnn_version);
+  const auto layout = cudnn_attention::ragged_layout(cu.data(), s, pad);
   const auto key = cudnn_attention::plan_key(s, layout, cap.sm, deterministic);
-  Tensor ragged = upload_ragged(layout, device);
+  Tensor ragged = ragged_image(varlen, layout, s, pad, device);
   Tensor pq = padded_copy(qd), pk = padded_copy(kd), pv = padded_copy(vd), pdo = padded_copy(dod);
   auto nan_rows = [&](int64_t heads, int64_t d, DType t) {
     return Tensor::full({T + kSpareRows, heads, d}, NAN, t, device);
@@ -260,19 +259,20 @@ void say_once(const cudnn_attention::PlanKey& key, const char* direction, const 
 } // namespace
 
 std::optional<CudnnAttentionSaved> cudnn_attention_forward(const Tensor& q, const Tensor& k,
-                                                           const Tensor& v, const Tensor& cu_host,
+                                                           const Tensor& v,
+                                                           const VarlenLayout& varlen,
                                                            const kernels::AttentionShape& shape) {
   const Device device = q.device();
   if (!device.is_cuda() || q.dtype() != DType::bf16 || shape.tokens == 0) return std::nullopt;
   if (backend_for(shape, device) != Backend::cudnn) return std::nullopt;
   const auto cap = cudnn_attention::cuda::capability(device.index);
-  const auto layout = cudnn_attention::ragged_layout(
-      cu_host.data<int32_t>(), shape, cudnn_attention::zero_length_supported(cap.cudnn_version));
+  const bool pad = cudnn_attention::zero_length_supported(cap.cudnn_version);
+  const auto layout = cudnn_attention::ragged_layout(varlen.cu_seqlens.data<int32_t>(), shape, pad);
   if (layout.batch == 0) return std::nullopt;
   CudnnAttentionSaved s;
   s.key =
       cudnn_attention::plan_key(shape, layout, cap.sm, cudnn_attention::deterministic_requested());
-  s.ragged = upload_ragged(layout, device);
+  s.ragged = ragged_image(varlen, layout, shape, pad, device);
   s.q = padded_copy(q);
   s.k = padded_copy(k);
   s.v = padded_copy(v);

@@ -10,6 +10,7 @@
 
 #include "kernels/attention_cudnn.h"
 #include "src/core/tensor.h"
+#include "src/core/varlen.h"
 
 namespace vlm::ops_detail {
 
@@ -52,15 +53,16 @@ Tensor first_rows(const Tensor& t, int64_t rows);
 struct CudnnAttentionSaved {
   Tensor q, k, v;  // [T + kSpareRows, H, D] copies, spare rows zero
   Tensor out, lse; // [T + kSpareRows, ...]; the op returns their first T rows
-  Tensor ragged;   // the layout's device image (u8)
+  Tensor ragged;   // the layout's device image (u8), shared with the batch's VarlenLayout
   cudnn_attention::PlanKey key;
 };
 
 // The forward through cuDNN when this configuration's backend is cuDNN and its plan builds;
 // nullopt: run the own kernel (said once per plan key). q, k, v: contiguous bf16 CUDA tensors;
-// cu_host: the validated host offsets.
+// varlen: the batch's layout (its cache keeps the ragged image: one upload per batch).
 std::optional<CudnnAttentionSaved> cudnn_attention_forward(const Tensor& q, const Tensor& k,
-                                                           const Tensor& v, const Tensor& cu_host,
+                                                           const Tensor& v,
+                                                           const VarlenLayout& varlen,
                                                            const kernels::AttentionShape& shape);
 // dq, dk, dv ([T, H, D] views) through cuDNN; false: its backward plan does not build here (said
 // once), run the own kernel on the saved tensors' first T rows.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "src/core/tensor.h"
+#include "src/core/varlen.h"
 
 namespace vlm {
 
@@ -12,7 +13,10 @@ namespace vlm {
 // [docs+1] i32 on the CPU, 0 .. T non-decreasing (empty documents allowed). Sums in f32 (f64 for
 // f64), the result has x's dtype. Differentiable in x and weight (the weight gradient is
 // bit-identical for any thread count). CUDA (f32, bf16; K <= 8): kernels/cuda/conv1d.cu, checked
-// against the CPU kernel on first use per configuration (src/core/ops/self_check.h).
+// against the CPU kernel on first use per configuration (src/core/ops/self_check.h); the kernels
+// read the offsets that `varlen` keeps on the device (src/core/varlen.h: one upload per batch).
+Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const VarlenLayout& varlen, bool silu);
+// The same with the offsets as a tensor (a layout is made from them).
 Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& cu_seqlens, bool silu);
 
 } // namespace vlm

@@ -9,6 +9,7 @@
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/self_check.h"
+#include "src/core/varlen.h"
 
 namespace vlm {
 
@@ -138,6 +139,9 @@ double cuda_error(bool chunked, int64_t dk, int64_t dv, Device device, void* str
   };
   Tensor Q = on_dev(qf), K = on_dev(kf), V = on_dev(vf), G = on_dev(gf), B = on_dev(bf),
          H = on_dev(hf), dO = on_dev(of);
+  const VarlenLayout varlen =
+      VarlenLayout::of(Tensor::from_vector(offsets, {s.docs + 1}), s.tokens);
+  const kernels::VarlenOffsets docs = varlen.device_offsets(device);
   Tensor out_c = empty32(vf), fin_c = empty32(hf), dq_c = empty32(qf), dk_c = empty32(kf),
          dv_c = empty32(vf), dg_c = empty32(gf), db_c = empty32(bf), dh_c = empty32(hf);
   const auto fwd =
@@ -145,11 +149,10 @@ double cuda_error(bool chunked, int64_t dk, int64_t dv, Device device, void* str
   const auto bwd =
       chunked ? kernels::cuda::gated_delta_chunk_bwd : kernels::cuda::gated_delta_recurrent_bwd;
   fwd(out_c.data<float>(), fin_c.data<float>(), Q.data<float>(), K.data<float>(), V.data<float>(),
-      G.data<float>(), B.data<float>(), H.data<float>(), offsets.data(), s, stream);
+      G.data<float>(), B.data<float>(), H.data<float>(), docs, s, stream);
   bwd(dq_c.data<float>(), dk_c.data<float>(), dv_c.data<float>(), dg_c.data<float>(),
       db_c.data<float>(), dh_c.data<float>(), dO.data<float>(), Q.data<float>(), K.data<float>(),
-      V.data<float>(), G.data<float>(), B.data<float>(), H.data<float>(), offsets.data(), s,
-      stream);
+      V.data<float>(), G.data<float>(), B.data<float>(), H.data<float>(), docs, s, stream);
   double error = 0;
   const std::pair<Tensor, Tensor> pairs[] = {{out_c, out}, {fin_c, fin}, {dq_c, dq}, {dk_c, dk_},
                                              {dv_c, dv_},  {dg_c, dg},   {db_c, db}, {dh_c, dh}};
@@ -204,8 +207,8 @@ struct Outputs {
 // The forward on in's device (in: contiguous, compute dtype; initial: undefined or the state).
 // CPU: the chunked kernel; CUDA: the chunked kernel, or the recurrence, or (both self-checks
 // failed) the CPU kernel on host copies.
-Outputs forward(const Inputs& in, const Tensor& initial, bool want_final, const Tensor& cu,
-                const kernels::GatedDeltaShape& shape) {
+Outputs forward(const Inputs& in, const Tensor& initial, bool want_final,
+                const VarlenLayout& varlen, const kernels::GatedDeltaShape& shape) {
   const Device device = in.q.device();
   const DType compute = in.q.dtype();
   Outputs r;
@@ -221,9 +224,10 @@ Outputs forward(const Inputs& in, const Tensor& initial, bool want_final, const 
       kOp, device, compute,
       [&](auto t) {
         using T = decltype(t);
-        kernels::cpu::gated_delta_chunk_fwd<T>(
-            r.out.data<T>(), ptr(r.final_state, t), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(),
-            in.g.data<T>(), in.beta.data<T>(), ptr(initial, t), cu.data<int32_t>(), shape);
+        kernels::cpu::gated_delta_chunk_fwd<T>(r.out.data<T>(), ptr(r.final_state, t),
+                                               in.q.data<T>(), in.k.data<T>(), in.v.data<T>(),
+                                               in.g.data<T>(), in.beta.data<T>(), ptr(initial, t),
+                                               varlen.cu_seqlens.data<int32_t>(), shape);
       },
       [&](auto t, void* stream) {
         const CudaKernels which = cuda_kernels<decltype(t)>(shape, device, stream);
@@ -235,16 +239,16 @@ Outputs forward(const Inputs& in, const Tensor& initial, bool want_final, const 
                                                        : kernels::cuda::gated_delta_recurrent_fwd;
         fwd(r.out.data<float>(), ptr(r.final_state, 0.f), in.q.data<float>(), in.k.data<float>(),
             in.v.data<float>(), in.g.data<float>(), in.beta.data<float>(), ptr(initial, 0.f),
-            cu.data<int32_t>(), shape, stream);
+            varlen.device_offsets(device), shape, stream);
       });
   if (!on_host) return r;
   const Tensor initial_host = initial.defined() ? initial.to(Device::cpu()) : Tensor();
-  Outputs h = forward(host_copy(in), initial_host, want_final, cu, shape);
+  Outputs h = forward(host_copy(in), initial_host, want_final, varlen, shape);
   return {h.out.to(device), want_final ? h.final_state.to(device) : Tensor()};
 }
 
 // dq, dk, dv, dg, dbeta on in's device (as forward()).
-Grads backward(const Tensor& dout, const Inputs& in, const Tensor& cu,
+Grads backward(const Tensor& dout, const Inputs& in, const VarlenLayout& varlen,
                const kernels::GatedDeltaShape& shape) {
   const Device device = in.q.device();
   const DType compute = in.q.dtype();
@@ -258,7 +262,7 @@ Grads backward(const Tensor& dout, const Inputs& in, const Tensor& cu,
         kernels::cpu::gated_delta_chunk_bwd<T>(
             d.q.data<T>(), d.k.data<T>(), d.v.data<T>(), d.g.data<T>(), d.beta.data<T>(), nullptr,
             dout.data<T>(), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), in.g.data<T>(),
-            in.beta.data<T>(), nullptr, cu.data<int32_t>(), shape);
+            in.beta.data<T>(), nullptr, varlen.cu_seqlens.data<int32_t>(), shape);
       },
       [&](auto t, void* stream) {
         const CudaKernels which = cuda_kernels<decltype(t)>(shape, device, stream);
@@ -271,16 +275,16 @@ Grads backward(const Tensor& dout, const Inputs& in, const Tensor& cu,
         bwd(d.q.data<float>(), d.k.data<float>(), d.v.data<float>(), d.g.data<float>(),
             d.beta.data<float>(), nullptr, dout.data<float>(), in.q.data<float>(),
             in.k.data<float>(), in.v.data<float>(), in.g.data<float>(), in.beta.data<float>(),
-            nullptr, cu.data<int32_t>(), shape, stream);
+            nullptr, varlen.device_offsets(device), shape, stream);
       });
   if (!on_host) return d;
-  Grads h = backward(dout.to(Device::cpu()), host_copy(in), cu, shape);
+  Grads h = backward(dout.to(Device::cpu()), host_copy(in), varlen, shape);
   return {h.q.to(device), h.k.to(device), h.v.to(device), h.g.to(device), h.beta.to(device)};
 }
 
 struct GatedDeltaBackward final : Node {
   Inputs in;
-  Tensor cu_seqlens; // a private CPU copy
+  VarlenLayout varlen; // the forward's (its device offsets are shared)
   kernels::GatedDeltaShape shape;
   DType dtype = DType::f32; // of the op's inputs and output
   const char* name() const override { return "GatedDeltaRuleBackward"; }
@@ -289,7 +293,7 @@ struct GatedDeltaBackward final : Node {
     VLM_CHECK(grads[0].shape() == out_shape && grads[0].dtype() == dtype, name(), ": ",
               describe("grad", grads[0]), " does not match the output ", describe("v", in.v));
     Tensor dout = grads[0].to(in.q.dtype()).contiguous();
-    Grads d = backward(dout, in, cu_seqlens, shape);
+    Grads d = backward(dout, in, varlen, shape);
     auto result = [&](const Tensor& grad, size_t i) {
       return needs_input_grad(i) ? grad.to(dtype) : Tensor();
     };
@@ -297,19 +301,18 @@ struct GatedDeltaBackward final : Node {
   }
   void release() override {
     in = Inputs();
-    cu_seqlens = Tensor();
+    varlen = VarlenLayout();
   }
 };
 
 } // namespace
 
 Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                        const Tensor& beta, const Tensor& cu_seqlens, double scale, Tensor* state) {
+                        const Tensor& beta, const VarlenLayout& varlen, double scale,
+                        Tensor* state) {
   check_inputs(q, k, v, g, beta, scale);
-  // A private host copy: backward must see the validated offsets.
-  Tensor cu = cu_seqlens.defined() && cu_seqlens.device().is_cpu() ? cu_seqlens.contiguous().clone()
-                                                                   : cu_seqlens;
-  check_cu_seqlens(kOp, cu, "q", q);
+  VLM_CHECK(varlen.cu_seqlens.defined() && varlen.tokens == q.size(0), kOp, ": the layout has ",
+            varlen.tokens, " tokens but ", describe("q", q));
   const bool grad = needs_grad({&q, &k, &v, &g, &beta});
   VLM_CHECK(!state || !grad, kOp,
             ": a state (generation) takes no gradient; run under NoGradGuard or with inputs that "
@@ -320,7 +323,7 @@ Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   shape.v_heads = v.size(1);
   shape.k_dim = q.size(2);
   shape.v_dim = v.size(2);
-  shape.docs = cu.size(0) - 1;
+  shape.docs = varlen.docs;
   shape.scale = scale;
   if (state && state->defined()) check_state(*state, q, v, shape.docs);
 
@@ -334,7 +337,7 @@ Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   Inputs in{widened(q), widened(k), widened(v), widened(g), widened(beta)};
   const Tensor initial = state && state->defined() ? state->contiguous() : Tensor();
-  auto [out, final_state] = forward(in, initial, state != nullptr, cu, shape);
+  auto [out, final_state] = forward(in, initial, state != nullptr, varlen, shape);
   if (out.dtype() != q.dtype()) {
     NoGradGuard no_grad;
     out = out.to(q.dtype());
@@ -343,12 +346,19 @@ Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (grad) {
     auto node = std::make_shared<GatedDeltaBackward>();
     node->in = in;
-    node->cu_seqlens = cu;
+    node->varlen = varlen;
     node->shape = shape;
     node->dtype = q.dtype();
     record(node, {&q, &k, &v, &g, &beta}, {&out});
   }
   return out;
+}
+
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, const Tensor& cu_seqlens, double scale, Tensor* state) {
+  check_inputs(q, k, v, g, beta, scale);
+  check_cu_seqlens(kOp, cu_seqlens, "q", q);
+  return gated_delta_rule(q, k, v, g, beta, VarlenLayout::of(cu_seqlens, q.size(0)), scale, state);
 }
 
 } // namespace vlm

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "src/core/tensor.h"
+#include "src/core/varlen.h"
 
 namespace vlm {
 
@@ -23,7 +24,13 @@ namespace vlm {
 // recording a graph (grad mode on and an input that requires grad) throws.
 // CUDA (f32 compute, dk, dv <= 256): the recurrence kernels of kernels/cuda/gated_delta.cu (not
 // yet the chunked tensor-core form), checked against the CPU recurrence on first use per (dk, dv)
-// (src/core/ops/self_check.h): on a mismatch the op runs the CPU kernel on host copies.
+// (src/core/ops/self_check.h): on a mismatch the op runs the CPU kernel on host copies. The
+// kernels read the offsets and chunk starts that `varlen` keeps on the device (src/core/varlen.h:
+// one upload per batch).
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, const VarlenLayout& varlen, double scale,
+                        Tensor* state = nullptr);
+// The same with the offsets as a tensor (a layout is made from them).
 Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const Tensor& cu_seqlens, double scale,
                         Tensor* state = nullptr);

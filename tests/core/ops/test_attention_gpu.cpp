@@ -36,6 +36,7 @@
 #include "kernels/gpu_runtime.h"
 #include "src/core/ops.h"
 #include "src/core/ops/attention.h"
+#include "src/core/varlen.h"
 #include "tests/error_of.h"
 #include "tests/gpu_testing.h"
 
@@ -126,15 +127,20 @@ template <typename E> void check_case(const Case& c, uint64_t seed) {
   // backward of all three on the same out and lse (the flash forward's).
   const kernels::AttentionShape s = shape_of(c, T, scale);
   Tensor qd = gq.detach(), kd = gk.detach(), vd = gv.detach(), upd = gup.detach();
-  Tensor cu_dev = cu.to(kGpu);
+  // The kernels read the tile lists and offsets a layout keeps on the device.
+  const VarlenLayout varlen = VarlenLayout::of(cu, T);
+  const kernels::FlashTileSpecs specs = kernels::flash_tile_specs(s, dt);
+  const kernels::TileList query_tiles = varlen.attention_tiles(kGpu, specs.queries),
+                          key_tiles = varlen.attention_tiles(kGpu, specs.keys);
+  const int32_t* cu_dev = varlen.device_offsets(kGpu).cu_seqlens;
   const int32_t* cu_host = cu.data<int32_t>();
   auto empty_like = [](const Tensor& t, DType d) { return testing::poisoned(t.shape(), d); };
   Tensor out_f = empty_like(qd, dt), lse_f = testing::poisoned({T, c.Hq}, DType::f32);
   Tensor out_r = empty_like(qd, dt), lse_r = testing::poisoned({T, c.Hq}, DType::f32);
   kc::attention_fwd<E>(out_f.data<E>(), lse_f.data<float>(), qd.data<E>(), kd.data<E>(),
-                       vd.data<E>(), cu_host, s, nullptr);
+                       vd.data<E>(), query_tiles, s, nullptr);
   kc::attention_ref_fwd<E>(out_r.data<E>(), lse_r.data<float>(), qd.data<E>(), kd.data<E>(),
-                           vd.data<E>(), cu_dev.data<int32_t>(), s, nullptr);
+                           vd.data<E>(), cu_dev, s, nullptr);
   Tensor out_c = Tensor::empty(qd.shape(), dt), lse_c = Tensor::empty({T, c.Hq});
   Tensor hq = q.detach(), hk = k.detach(), hv = v.detach();
   kernels::cpu::attention_fwd<E>(out_c.data<E>(), lse_c.data<float>(), hq.data<E>(), hk.data<E>(),
@@ -147,7 +153,7 @@ template <typename E> void check_case(const Case& c, uint64_t seed) {
     ::setenv("VLM_ATTENTION_SIMT", "1", 1);
     Tensor out_s = empty_like(qd, dt), lse_s = testing::poisoned({T, c.Hq}, DType::f32);
     kc::attention_fwd<E>(out_s.data<E>(), lse_s.data<float>(), qd.data<E>(), kd.data<E>(),
-                         vd.data<E>(), cu_host, s, nullptr);
+                         vd.data<E>(), query_tiles, s, nullptr);
     ::unsetenv("VLM_ATTENTION_SIMT");
     CHECK(rel_err(out_s, out_c) <= tol_fwd);
     CHECK(rel_err(lse_s, lse_c) <= 1e-5);
@@ -156,11 +162,11 @@ template <typename E> void check_case(const Case& c, uint64_t seed) {
   Tensor dq_f = empty_like(qd, dt), dk_f = empty_like(kd, dt), dv_f = empty_like(vd, dt);
   Tensor dq_r = empty_like(qd, dt), dk_r = empty_like(kd, dt), dv_r = empty_like(vd, dt);
   kc::attention_bwd<E>(dq_f.data<E>(), dk_f.data<E>(), dv_f.data<E>(), upd.data<E>(), qd.data<E>(),
-                       kd.data<E>(), vd.data<E>(), out_f.data<E>(), lse_f.data<float>(), cu_host, s,
-                       nullptr);
+                       kd.data<E>(), vd.data<E>(), out_f.data<E>(), lse_f.data<float>(), key_tiles,
+                       query_tiles, s, nullptr);
   kc::attention_ref_bwd<E>(dq_r.data<E>(), dk_r.data<E>(), dv_r.data<E>(), upd.data<E>(),
                            qd.data<E>(), kd.data<E>(), vd.data<E>(), out_f.data<E>(),
-                           lse_f.data<float>(), cu_dev.data<int32_t>(), s, nullptr);
+                           lse_f.data<float>(), cu_dev, s, nullptr);
   CHECK(rel_err(dq_f, dq_r) <= tol_bwd_kernel);
   CHECK(rel_err(dk_f, dk_r) <= tol_bwd_kernel);
   CHECK(rel_err(dv_f, dv_r) <= tol_bwd_kernel);
@@ -168,8 +174,8 @@ template <typename E> void check_case(const Case& c, uint64_t seed) {
   // Deterministic: a second backward gives the same bits.
   Tensor dq_2 = empty_like(qd, dt), dk_2 = empty_like(kd, dt), dv_2 = empty_like(vd, dt);
   kc::attention_bwd<E>(dq_2.data<E>(), dk_2.data<E>(), dv_2.data<E>(), upd.data<E>(), qd.data<E>(),
-                       kd.data<E>(), vd.data<E>(), out_f.data<E>(), lse_f.data<float>(), cu_host, s,
-                       nullptr);
+                       kd.data<E>(), vd.data<E>(), out_f.data<E>(), lse_f.data<float>(), key_tiles,
+                       query_tiles, s, nullptr);
   CHECK(bit_equal(dq_2, dq_f));
   CHECK(bit_equal(dk_2, dk_f));
   CHECK(bit_equal(dv_2, dv_f));

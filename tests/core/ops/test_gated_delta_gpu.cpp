@@ -29,6 +29,7 @@
 #include "kernels/gated_delta.h"
 #include "kernels/gpu_runtime.h"
 #include "src/core/ops.h"
+#include "src/core/varlen.h"
 #include "tests/error_of.h"
 #include "tests/gpu_testing.h"
 #include "tests/gradcheck.h"
@@ -69,6 +70,12 @@ Tensor empty_on(const Tensor& like, Device device) {
   return Tensor::empty(like.shape(), like.dtype(), device);
 }
 
+// The offsets as the CUDA kernels read them: kept on the GPU by a layout (src/core/varlen.h), which
+// the caller holds while the kernels run.
+VarlenLayout layout_of(const std::vector<int32_t>& cu) {
+  return VarlenLayout::of(Tensor::from_vector(cu, {int64_t(cu.size())}), cu.back());
+}
+
 // Sets VLM_GPU_SELF_CHECK for the rest of the process (each TEST_CASE is its own process).
 void self_check_mode(const char* value) { setenv("VLM_GPU_SELF_CHECK", value, 1); }
 
@@ -96,17 +103,18 @@ void check_conv_kernels(int64_t C, int64_t K, bool silu, const std::vector<int32
                                      w.data<E>(), cu.data(), docs, T, C, K, silu);
   Tensor xd = gpu(x), wd = gpu(w), dyd = gpu(dy);
   Tensor yd = empty_on(x, kGpu), dxd = empty_on(x, kGpu), dwd = empty_on(w, kGpu);
-  kc::causal_conv1d_fwd<E>(yd.data<E>(), xd.data<E>(), wd.data<E>(), cu.data(), docs, T, C, K, silu,
-                           nullptr);
+  const VarlenLayout varlen = layout_of(cu);
+  const kernels::VarlenOffsets dev = varlen.device_offsets(kGpu);
+  kc::causal_conv1d_fwd<E>(yd.data<E>(), xd.data<E>(), wd.data<E>(), dev, T, C, K, silu, nullptr);
   kc::causal_conv1d_bwd<E>(dxd.data<E>(), dwd.data<E>(), dyd.data<E>(), xd.data<E>(), wd.data<E>(),
-                           cu.data(), docs, T, C, K, silu, nullptr);
+                           dev, T, C, K, silu, nullptr);
   CHECK(rel_err(yd, y) <= tol);
   CHECK(rel_err(dxd, dx) <= tol);
   CHECK(rel_err(dwd, dw) <= tol);
   // dw alone (dx null) and a second run: the same bits.
   Tensor dw2 = empty_on(w, kGpu);
-  kc::causal_conv1d_bwd<E>(nullptr, dw2.data<E>(), dyd.data<E>(), xd.data<E>(), wd.data<E>(),
-                           cu.data(), docs, T, C, K, silu, nullptr);
+  kc::causal_conv1d_bwd<E>(nullptr, dw2.data<E>(), dyd.data<E>(), xd.data<E>(), wd.data<E>(), dev,
+                           T, C, K, silu, nullptr);
   CHECK(same_bits(dw2, dwd));
   kc::device_synchronize();
 }
@@ -194,15 +202,17 @@ void check_delta_kernels(const DeltaCase& c, uint64_t seed, bool chunked = false
         k.data<double>(), v.data<double>(), g.data<double>(), b.data<double>(), h0p, cu.data(), s);
     Tensor Q = gpu(in.q), K = gpu(in.k), V = gpu(in.v), G = gpu(in.g), B = gpu(in.beta),
            H0 = gpu(in.h0), dO = gpu(in.dout);
+    const VarlenLayout varlen = layout_of(cu);
+    const kernels::VarlenOffsets dev = varlen.device_offsets(kGpu);
     const float* H0p = with_h0 ? H0.data<float>() : nullptr;
     Tensor out_c = empty_on(V, kGpu), fin_c = empty_on(H0, kGpu), dq_c = empty_on(Q, kGpu),
            dk_c = empty_on(K, kGpu), dv_c = empty_on(V, kGpu), dg_c = empty_on(G, kGpu),
            db_c = empty_on(B, kGpu), dh0_c = empty_on(H0, kGpu);
     fwd(out_c.data<float>(), fin_c.data<float>(), Q.data<float>(), K.data<float>(), V.data<float>(),
-        G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
+        G.data<float>(), B.data<float>(), H0p, dev, s, nullptr);
     bwd(dq_c.data<float>(), dk_c.data<float>(), dv_c.data<float>(), dg_c.data<float>(),
         db_c.data<float>(), dh0_c.data<float>(), dO.data<float>(), Q.data<float>(), K.data<float>(),
-        V.data<float>(), G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
+        V.data<float>(), G.data<float>(), B.data<float>(), H0p, dev, s, nullptr);
     const double tol = 5e-5;
     if (T > 0) {
       CHECK(rel_err(out_c, out) <= tol);
@@ -218,7 +228,7 @@ void check_delta_kernels(const DeltaCase& c, uint64_t seed, bool chunked = false
     Tensor dq_2 = empty_on(Q, kGpu), dk_2 = empty_on(K, kGpu), dg_2 = empty_on(G, kGpu);
     bwd(dq_2.data<float>(), dk_2.data<float>(), dv_c.data<float>(), dg_2.data<float>(),
         db_c.data<float>(), nullptr, dO.data<float>(), Q.data<float>(), K.data<float>(),
-        V.data<float>(), G.data<float>(), B.data<float>(), H0p, cu.data(), s, nullptr);
+        V.data<float>(), G.data<float>(), B.data<float>(), H0p, dev, s, nullptr);
     CHECK(same_bits(dq_2, dq_c));
     CHECK(same_bits(dk_2, dk_c));
     CHECK(same_bits(dg_2, dg_c));
