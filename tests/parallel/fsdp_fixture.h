@@ -223,4 +223,29 @@ inline RunResult run_parallel(const Family& f, const train::TrainConfig& c,
   return out;
 }
 
+// The layouts every family is checked under on `world` ranks.
+struct FsdpLayout {
+  const char* name;
+  parallel::MeshShape shape;
+  parallel::FsdpOptions options;
+  parallel::AcMode ac = parallel::AcMode::off;
+};
+
+inline std::vector<FsdpLayout> fsdp_layouts(int world) {
+  std::vector<FsdpLayout> out;
+  parallel::FsdpOptions plain;
+  out.push_back({"FSDP", {1, world, 1}, plain});
+  out.push_back({"DDP", {world, 1, 1}, plain});
+  if (world == 4) out.push_back({"HSDP 2x2, full AC", {2, 2, 1}, plain, parallel::AcMode::full});
+  parallel::FsdpOptions lazy;
+  lazy.reshard_after_forward = false;
+  lazy.reduce_every_micro_step = false;
+  lazy.prefetch = false;
+  out.push_back({"FSDP, no reshard, reduce on the last micro-step, selective AC",
+                 {1, world, 1},
+                 lazy,
+                 parallel::AcMode::selective});
+  return out;
+}
+
 } // namespace vlm::testing

@@ -109,30 +109,6 @@ void check_equal(const RunResult& got, const RunResult& want, const std::string&
                 label.c_str(), worst_loss, worst_l2, worst_element);
 }
 
-struct Layout {
-  const char* name;
-  MeshShape shape;
-  parallel::FsdpOptions options;
-  parallel::AcMode ac = parallel::AcMode::off;
-};
-
-std::vector<Layout> layouts(int world) {
-  std::vector<Layout> out;
-  parallel::FsdpOptions plain;
-  out.push_back({"FSDP", {1, world, 1}, plain});
-  out.push_back({"DDP", {world, 1, 1}, plain});
-  if (world == 4) out.push_back({"HSDP 2x2, full AC", {2, 2, 1}, plain, parallel::AcMode::full});
-  parallel::FsdpOptions lazy;
-  lazy.reshard_after_forward = false;
-  lazy.reduce_every_micro_step = false;
-  lazy.prefetch = false;
-  out.push_back({"FSDP, no reshard, reduce on the last micro-step, selective AC",
-                 {1, world, 1},
-                 lazy,
-                 parallel::AcMode::selective});
-  return out;
-}
-
 } // namespace
 
 TEST_CASE("fsdp equivalence: the reduced gradients of a step equal one process's, element-wise") {
@@ -155,7 +131,7 @@ TEST_CASE("fsdp equivalence: the reduced gradients of a step equal one process's
     std::map<std::string, Tensor> want;
     for (const auto& p : one->named_parameters()) want[p.name] = p.tensor.grad();
 
-    for (const Layout& l : layouts(world)) {
+    for (const FsdpLayout& l : fsdp_layouts(world)) {
       INFO(f.name << ", " << l.name << " (" << l.shape.str() << ")");
       train::TrainConfig lc = c;
       lc.training.ac_mode = l.ac;
@@ -206,7 +182,7 @@ TEST_CASE("fsdp equivalence: every family and layout equals one process on the g
     for (int accumulation : {1, 2}) {
       train::TrainConfig c = equivalence_config();
       const RunResult want = run_single(f, c, world, accumulation, kSteps);
-      for (const Layout& l : layouts(world)) {
+      for (const FsdpLayout& l : fsdp_layouts(world)) {
         if (accumulation == 1 && std::string(l.name) != "FSDP") continue;
         const std::string label = std::string(f.name) + ", " + l.name + " (" + l.shape.str() +
                                   "), accumulation " + std::to_string(accumulation);
@@ -231,7 +207,7 @@ TEST_CASE("fsdp equivalence: in f64 every layout trains as one process up to rou
     train::TrainConfig c = equivalence_config();
     c.training.param_dtype = DType::f64;
     const RunResult want = run_single(f, c, world, 2, kSteps);
-    for (const Layout& l : layouts(world)) {
+    for (const FsdpLayout& l : fsdp_layouts(world)) {
       const std::string label = std::string("f64, ") + f.name + ", " + l.name;
       INFO(label);
       c.training.ac_mode = l.ac;

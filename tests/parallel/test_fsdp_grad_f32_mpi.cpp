@@ -28,30 +28,6 @@ namespace {
 constexpr double kTolerance = 1e-6; // fp32 rounding of the sums; bf16 rounding is ~4e-3
 constexpr int kAccumulation = 2;
 
-struct Layout {
-  const char* name;
-  MeshShape shape;
-  parallel::FsdpOptions options;
-  parallel::AcMode ac = parallel::AcMode::off;
-};
-
-std::vector<Layout> layouts(int world) {
-  std::vector<Layout> out;
-  parallel::FsdpOptions plain;
-  out.push_back({"FSDP", {1, world, 1}, plain});
-  out.push_back({"DDP", {world, 1, 1}, plain});
-  if (world == 4) out.push_back({"HSDP 2x2, full AC", {2, 2, 1}, plain, parallel::AcMode::full});
-  parallel::FsdpOptions lazy;
-  lazy.reshard_after_forward = false;
-  lazy.reduce_every_micro_step = false;
-  lazy.prefetch = false;
-  out.push_back({"FSDP, no reshard, reduce on the last micro-step, selective AC",
-                 {1, world, 1},
-                 lazy,
-                 parallel::AcMode::selective});
-  return out;
-}
-
 // One step's gradients of family f in bf16 under every layout against one process's f32 .grad;
 // returns the worst max-norm relative error.
 double check_family(const Family& f, const train::TrainConfig& c) {
@@ -78,7 +54,7 @@ double check_family(const Family& f, const train::TrainConfig& c) {
   for (const auto& p : one->named_parameters()) want[p.name] = p.tensor.grad();
 
   double worst = 0;
-  for (const Layout& l : layouts(world)) {
+  for (const FsdpLayout& l : fsdp_layouts(world)) {
     INFO(f.name << ", " << l.name << " (" << l.shape.str() << ")");
     train::TrainConfig lc = c;
     lc.training.ac_mode = l.ac;

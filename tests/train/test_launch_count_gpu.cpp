@@ -25,13 +25,9 @@
 #include <memory>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "kernels/gpu_runtime.h"
 #include "model/batch.h"
 #include "model/lm_loss.h"
-#include "model/model_spec.h"
-#include "src/base/rng.h"
 #include "src/core/ops/attention_cudnn.h"
 #include "src/core/stream.h"
 #include "src/core/varlen.h"
@@ -39,10 +35,12 @@
 #include "src/train/config.h"
 #include "src/train/train_step.h"
 #include "tests/gpu_testing.h"
+#include "tests/train/tiny_step_fixture.h"
 
 using namespace vlm;
 using vlm::testing::kGpu;
 using vlm::testing::require_device;
+using vlm::testing::two_document_batch;
 
 namespace {
 
@@ -61,25 +59,6 @@ train::TrainConfig step_config() {
   t.weight_decay = 0.01;
   t.max_grad_norm = 1.0;
   return c;
-}
-
-// Two packed documents of `first` and 64 - `first` tokens, random ids, every document's first
-// label ignored.
-model::Batch make_batch(int64_t vocab, int32_t first) {
-  Rng rng(5);
-  const std::vector<int32_t> cu = {0, first, 64};
-  std::vector<int64_t> ids, labels, pos;
-  for (size_t d = 0; d + 1 < cu.size(); d++)
-    for (int32_t t = cu[d]; t < cu[d + 1]; t++) {
-      ids.push_back(rng.randint(0, vocab));
-      labels.push_back(t == cu[d] ? -100 : ids.back());
-      pos.push_back(t - cu[d]);
-    }
-  const int64_t T = cu.back();
-  return model::to_device(
-      model::batch_from_labels(Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
-                               Tensor::from_vector(pos, {T}), Tensor::from_vector(cu, {3})),
-      kGpu);
 }
 
 struct StepCounts {
@@ -112,16 +91,12 @@ uint64_t expected_varlen_uploads(int64_t cudnn_runs, int64_t layers) {
 // `first`: the first document's length in the counted batches (distinct per call, so a model
 // does not find another call's device data among the retained layouts).
 StepCounts count_step(int64_t layers, int32_t first) {
-  nlohmann::json config = model::preset_config("tiny");
-  config["num_hidden_layers"] = layers;
-  auto m = model::build_model(config, "tiny", DType::bf16);
-  Rng rng(1);
-  m->init_weights(rng);
+  auto m = vlm::testing::tiny_bf16_model(int(layers));
   m->to(kGpu);
   const train::TrainConfig c = step_config();
   train::TrainStepper stepper(c, m);
-  const std::vector<model::Batch> batch{make_batch(m->vocab_size(), first)};
-  const std::vector<model::Batch> fresh{make_batch(m->vocab_size(), first - 16)};
+  const std::vector<model::Batch> batch{two_document_batch(m->vocab_size(), 5, first)};
+  const std::vector<model::Batch> fresh{two_document_batch(m->vocab_size(), 5, first - 16)};
   stepper.step(0, batch); // first use: self-checks, plans, pools
   synchronize_device(kGpu);
 

@@ -16,14 +16,10 @@
 #include <memory>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "kernels/gpu_runtime.h"
 #include "model/batch.h"
-#include "model/model_spec.h"
 #include "parallel/fsdp.h"
 #include "parallel/local_group.h"
-#include "src/base/rng.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"
 #include "src/core/stream.h"
@@ -31,6 +27,7 @@
 #include "src/train/train_step.h"
 #include "tests/gpu_testing.h"
 #include "tests/train/step_snapshot.h"
+#include "tests/train/tiny_step_fixture.h"
 
 using namespace vlm;
 using vlm::testing::kGpu;
@@ -53,32 +50,9 @@ train::TrainConfig step_config() {
   return c;
 }
 
-std::shared_ptr<model::CausalLM> tiny_model() {
-  nlohmann::json config = model::preset_config("tiny");
-  config["num_hidden_layers"] = 2;
-  auto m = model::build_model(config, "tiny", DType::bf16);
-  Rng rng(1);
-  m->init_weights(rng);
-  return m;
-}
-
-// Two packed documents of 40 and 24 random tokens (host ids and target count set: building and
-// counting them reads nothing from the device).
+// Two packed documents of 40 and 24 random tokens.
 model::Batch make_batch(int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  const std::vector<int32_t> cu = {0, 40, 64};
-  std::vector<int64_t> ids, labels, pos;
-  for (size_t d = 0; d + 1 < cu.size(); d++)
-    for (int32_t t = cu[d]; t < cu[d + 1]; t++) {
-      ids.push_back(rng.randint(0, vocab));
-      labels.push_back(t == cu[d] ? -100 : ids.back());
-      pos.push_back(t - cu[d]);
-    }
-  const int64_t T = cu.back();
-  return model::to_device(
-      model::batch_from_labels(Tensor::from_vector(ids, {T}), Tensor::from_vector(labels, {T}),
-                               Tensor::from_vector(pos, {T}), Tensor::from_vector(cu, {3})),
-      kGpu);
+  return vlm::testing::two_document_batch(vocab, seed, 40);
 }
 
 // Device reads of step 1 (after a warm-up step 0), two micro-batches.
@@ -104,7 +78,7 @@ TEST_CASE("gpu step reads: one device-to-host copy per step, with and without FS
   require_device();
   const train::TrainConfig c = step_config();
   SECTION("one process") {
-    auto m = tiny_model();
+    auto m = vlm::testing::tiny_bf16_model(2);
     m->to(kGpu);
     train::TrainStepper stepper(c, m);
     const auto d = counted_step(stepper, m->vocab_size());
@@ -112,7 +86,7 @@ TEST_CASE("gpu step reads: one device-to-host copy per step, with and without FS
     CHECK(d.syncs == 1);
   }
   SECTION("FSDP over one rank") {
-    auto m = tiny_model();
+    auto m = vlm::testing::tiny_bf16_model(2);
     parallel::LocalProcessGroup shard(0, 1);
     parallel::Fsdp fsdp(*m, m->blocks(), shard, nullptr, {}, kGpu);
     m->to(kGpu);
@@ -127,7 +101,7 @@ TEST_CASE("gpu step reads: a skipped non-finite step changes no parameter or opt
           "[gpu]") {
   require_device();
   const train::TrainConfig c = step_config();
-  auto m = tiny_model();
+  auto m = vlm::testing::tiny_bf16_model(2);
   m->to(kGpu);
   train::TrainStepper stepper(c, m);
   const int64_t vocab = m->vocab_size();
