@@ -1,5 +1,6 @@
 #include "src/core/ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -158,7 +159,10 @@ RopeTables mrope_tables(const Tensor& position_ids, int64_t rotary_dim, double t
     if (i % 3 == 2 && i < 3 * sections[2]) row = 2;
     pick[size_t(i)] = row * half + i;
   }
-  const Tensor index = Tensor::from_vector(pick, {half}, position_ids.device());
+  // Through pinned memory: on a GPU the upload is asynchronous (no pageable copy in a step).
+  Tensor staging = Tensor::empty_pinned({half}, DType::i64);
+  std::copy(pick.begin(), pick.end(), staging.data<int64_t>());
+  const Tensor index = staging.to(position_ids.device());
   RopeTables t;
   t.rotary_dim = rotary_dim;
   t.cos = index_select(concat({rows[0].cos, rows[1].cos, rows[2].cos}, 1), 1, index);
