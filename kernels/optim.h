@@ -3,6 +3,7 @@
 // and the training step's non-finite guard (the clip coefficient and AdamW's skip flag).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace vlm::kernels {
@@ -73,12 +74,17 @@ struct AdamWTensor {
 
 // adamw_step over `count` tensors (host array) in one launch: every block updates one fixed-size
 // chunk of one tensor; per element exactly adamw_step's arithmetic. All tensors of a call share
-// (T, G): (float, float), (bf16, bf16) or (bf16, float). The descriptors are copied to the device
-// (stream-ordered, no synchronization). `skip` (nullable): a device f64 scalar read by every
-// block; when it is nonzero the launch writes nothing (parameters, masters and moments stay as
-// they are), so the host can queue the update before it knows whether the step is finite.
+// (T, G): (float, float), (bf16, bf16) or (bf16, float). The descriptors are written into
+// `staging` (pinned host memory of at least adamw_multi_staging_bytes(count) bytes, which the
+// caller must not reuse before the work now queued on `stream` has finished) and copied to the
+// device from there (stream-ordered, no synchronization, no pageable upload). `skip` (nullable): a
+// device f64 scalar read by every block; when it is nonzero the launch writes nothing
+// (parameters, masters and moments stay as they are), so the host can queue the update before it
+// knows whether the step is finite.
+size_t adamw_multi_staging_bytes(int64_t count);
 template <typename T, typename G>
-void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* skip, void* stream);
+void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* skip, void* staging,
+                      void* stream);
 
 // --- multi-tensor gradient norm and clipping --------------------------------------------------
 // A list of gradients handled by a handful of launches, whatever its length: the descriptor table

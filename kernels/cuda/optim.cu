@@ -305,28 +305,30 @@ void adamw_step(T* param, S* master, const G* grad, S* exp_avg, S* exp_avg_sq, i
   check_last_launch("adamw_step");
 }
 
+size_t adamw_multi_staging_bytes(int64_t count) { return size_t(count) * sizeof(MultiDesc); }
+
 template <typename T, typename G>
-void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* skip, void* stream) {
-  std::vector<MultiDesc> descs;
-  descs.reserve(size_t(count));
-  int64_t tasks = 0;
+void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* skip, void* staging,
+                      void* stream) {
+  VLM_CHECK(staging != nullptr || count == 0, "adamw_multi_step: no staging buffer");
+  auto* descs = static_cast<MultiDesc*>(staging);
+  int64_t used = 0, tasks = 0;
   for (int64_t k = 0; k < count; k++) {
     const AdamWTensor& t = tensors[k];
     if (t.n == 0) continue;
     VLM_CHECK((sizeof(T) == 2) == (t.master != nullptr),
               "adamw_multi_step: a master copy is needed exactly for bf16 parameters");
-    descs.push_back(
-        MultiDesc{t.param, t.master, t.grad, t.exp_avg, t.exp_avg_sq, t.n, tasks, scalars(t.args)});
+    descs[used++] =
+        MultiDesc{t.param, t.master, t.grad, t.exp_avg, t.exp_avg_sq, t.n, tasks, scalars(t.args)};
     tasks += (t.n + kMultiChunk - 1) / kMultiChunk;
   }
-  if (descs.empty()) return;
+  if (used == 0) return;
   cudaStream_t s = as_stream(stream);
-  const size_t bytes = descs.size() * sizeof(MultiDesc);
+  const size_t bytes = size_t(used) * sizeof(MultiDesc);
   auto* d_descs = static_cast<MultiDesc*>(malloc_async(bytes, s));
-  // From pageable memory: the call returns once `descs` has been staged, so it may go away.
-  VLM_CUDA_CHECK(cudaMemcpyAsync(d_descs, descs.data(), bytes, cudaMemcpyHostToDevice, s));
+  memcpy_h2d(d_descs, descs, bytes, s); // from pinned staging: asynchronous, counted
   adamw_multi_kernel<cuda_t<T>, cuda_t<G>>
-      <<<grid_blocks(tasks, 1), kThreads, 0, s>>>(d_descs, int64_t(descs.size()), tasks, skip);
+      <<<grid_blocks(tasks, 1), kThreads, 0, s>>>(d_descs, used, tasks, skip);
   check_last_launch("adamw_multi_step");
   free_async(d_descs, s);
 }
@@ -372,9 +374,11 @@ template void adamw_step<vlm::bf16, vlm::bf16, float>(vlm::bf16*, float*, const 
                                                       float*, int64_t, const AdamWStepArgs&, void*);
 template void adamw_step<vlm::bf16, float, float>(vlm::bf16*, float*, const float*, float*, float*,
                                                   int64_t, const AdamWStepArgs&, void*);
-template void adamw_multi_step<float, float>(const AdamWTensor*, int64_t, const double*, void*);
+template void adamw_multi_step<float, float>(const AdamWTensor*, int64_t, const double*, void*,
+                                             void*);
 template void adamw_multi_step<vlm::bf16, vlm::bf16>(const AdamWTensor*, int64_t, const double*,
-                                                     void*);
-template void adamw_multi_step<vlm::bf16, float>(const AdamWTensor*, int64_t, const double*, void*);
+                                                     void*, void*);
+template void adamw_multi_step<vlm::bf16, float>(const AdamWTensor*, int64_t, const double*, void*,
+                                                 void*);
 
 } // namespace vlm::kernels::cuda

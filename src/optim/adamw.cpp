@@ -103,12 +103,17 @@ void run_batch(const CudaBatch& b, const double* skip) {
         using kernels::cuda::adamw_multi_step;
         const auto* t = b.tensors.data();
         const auto n = int64_t(b.tensors.size());
+        // The descriptors go up from pinned memory (no pageable upload in a step); the pinned
+        // allocator reuses the block only after the work queued on this stream has finished.
+        Tensor staging =
+            Tensor::empty_pinned({int64_t(kernels::cuda::adamw_multi_staging_bytes(n))}, DType::u8);
+        void* s = staging.data_ptr();
         if (b.param_dtype == DType::f32)
-          adamw_multi_step<float, float>(t, n, skip, stream);
+          adamw_multi_step<float, float>(t, n, skip, s, stream);
         else if (b.grad_dtype == DType::bf16)
-          adamw_multi_step<bf16, bf16>(t, n, skip, stream);
+          adamw_multi_step<bf16, bf16>(t, n, skip, s, stream);
         else
-          adamw_multi_step<bf16, float>(t, n, skip, stream);
+          adamw_multi_step<bf16, float>(t, n, skip, s, stream);
       });
 }
 
