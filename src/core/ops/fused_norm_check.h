@@ -24,8 +24,9 @@ bool rms_norm_rope_cuda_passes(DType dtype, int64_t head_dim, int64_t rotary_dim
 
 // Both sides compute in fp32 from the same T inputs, in another summation order (warp reductions
 // on the GPU): ~1e-6 relative in f32, so 1e-4; in bf16 an output may round to the neighbouring
-// value (2^-8 relative, 2^-7 at the bottom of a binade), so 1e-2. A wrong term, row or rotation is
-// O(1), a missed output NaN.
+// value (2^-8 relative, 2^-7 at the bottom of a binade), and where two roundings follow each other
+// (y = w * T(x_hat), ds = ds_in + T(dx)) to the next but one: up to ~1.6e-2 of the largest output,
+// so 2e-2. A wrong term, row or rotation is O(1) (>= 0.45 in the tests), a missed output NaN.
 double fused_norm_tolerance(DType dtype);
 
 // --- the measures, the kernels under test a parameter (tests swap in wrong ones) --------------
