@@ -39,6 +39,7 @@
 #include "parallel/local_group.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_env.h"
+#include "parallel/parallelize.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "src/core/device.h"
@@ -143,7 +144,7 @@ double timed(ProcessGroup& world, Device device, const std::function<void()>& fn
 // A fresh model sharded over the given groups, with its stepper.
 struct Run {
   std::shared_ptr<model::CausalLM> model;
-  std::unique_ptr<parallel::Fsdp> fsdp;
+  parallel::Parallelized parallelized;
   std::unique_ptr<train::TrainStepper> stepper;
 };
 
@@ -160,11 +161,10 @@ struct RunSpec {
     r.model = model::build_model(model_config, "bench_fsdp_step", dtype);
     Rng rng(0);
     r.model->init_weights(rng);
-    r.fsdp = std::make_unique<parallel::Fsdp>(*r.model, r.model->blocks(), shard, replicate, fsdp,
-                                              device);
-    r.model->to(device);
-    r.stepper = std::make_unique<train::TrainStepper>(config, r.model,
-                                                      train::StepParallel{&dp, r.fsdp.get()});
+    r.parallelized = parallel::parallelize(*r.model, r.model->blocks(), {&shard, replicate, &dp},
+                                           {parallel::AcMode::off, fsdp}, device);
+    r.stepper = std::make_unique<train::TrainStepper>(
+        config, r.model, train::StepParallel{r.parallelized.dp_group(), r.parallelized.fsdp()});
     return r;
   }
 };

@@ -44,7 +44,7 @@
 #include "bench/bench_step_setup.h"
 #include "model/flops.h"
 #include "model/model_spec.h"
-#include "parallel/activation_checkpointing.h"
+#include "parallel/parallelize.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "src/core/allocator.h"
@@ -221,17 +221,17 @@ int run(const Options& o) {
   VLM_CHECK(device.is_cpu() || device.index < cuda_device_count(), "bench_gpu_step: --device ",
             o.device, " is not available: ", cuda_device_query());
 
+  const train::TrainConfig c = gpu_step_config(o);
   Measured r;
   const auto init_start = Clock::now();
   Rng rng(0);
-  m->init_weights(rng); // on the CPU, as the trainer does
-  m->to(device);
+  m->init_weights(rng); // on the CPU, as the trainer does; then AC and to the device
+  const parallel::Parallelized parallelized = parallel::parallelize(
+      *m, m->blocks(), parallel::DataParallelGroups{}, {c.training.ac_mode, {}}, device);
   synchronize_device(device);
   r.init_s = seconds_since(init_start);
 
-  const train::TrainConfig c = gpu_step_config(o);
-  parallel::apply_activation_checkpointing(m->blocks(), c.training.ac_mode);
-  train::TrainStepper stepper(c, m);
+  train::TrainStepper stepper(c, m, {parallelized.dp_group(), parallelized.fsdp()});
 
   const Batch host = make_batch(o, m->vocab_size());
   const std::vector<model::Batch> batch{model::to_device(host.text, device)};

@@ -18,8 +18,8 @@
 #include "io/text/tokenizer.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
-#include "parallel/activation_checkpointing.h"
 #include "parallel/mpi_env.h"
+#include "parallel/parallelize.h"
 #include "parallel/watchdog.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
@@ -87,15 +87,14 @@ std::string tokenizer_dir(const std::string& path) {
   return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
 }
 
-// Describe (a preset or the snapshot's config.json), apply activation checkpointing from
-// outside, then initialize (random_init, presets) or load the snapshot's weights, on the host.
+// Describe (a preset or the snapshot's config.json), then initialize (random_init, presets) or
+// load the snapshot's weights, on the host, and freeze; parallelize() comes after.
 std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tokenizer& tok,
                                              Rng& rng) {
   const TrainingOptions& t = c.training;
   std::shared_ptr<model::CausalLM> m = describe_model(c, tok);
   VLM_CHECK(tok.vocab_size() <= m->vocab_size(), "the tokenizer '", c.model.tokenizer, "' has ",
             tok.vocab_size(), " tokens but the model's vocab_size is ", m->vocab_size());
-  parallel::apply_activation_checkpointing(m->blocks(), t.ac_mode);
   if (t.random_init || !c.model.preset.empty())
     m->init_weights(rng);
   else if (is_checkpoint_dir(c.model.model_dir)) // the weights of a checkpoint, not its state
@@ -183,11 +182,13 @@ Device rank_device(const std::string& text, int local_rank) {
   return d;
 }
 
-parallel::FsdpOptions fsdp_options(const ParallelOptions& p) {
-  parallel::FsdpOptions o;
-  o.reshard_after_forward = p.reshard_after_forward;
-  o.reduce_dtype = p.reduce_dtype;
-  o.reduce_every_micro_step =
+parallel::ParallelizeOptions parallelize_options(const TrainConfig& c) {
+  const ParallelOptions& p = c.parallel;
+  parallel::ParallelizeOptions o;
+  o.ac = c.training.ac_mode;
+  o.fsdp.reshard_after_forward = p.reshard_after_forward;
+  o.fsdp.reduce_dtype = p.reduce_dtype;
+  o.fsdp.reduce_every_micro_step =
       p.grad_reduce == GradReduce::every_micro_step ||
       (p.grad_reduce == GradReduce::automatic && p.data_parallel == DataParallel::fsdp);
   return o;
@@ -223,15 +224,13 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   data_->dp_world = shape.dp();
   state_.rng = Rng(uint64_t(t.seed));
   model_ = build_model(c, data_->tokenizer, state_.rng); // the same values on every rank
-  if (shape.dp() > 1) {
-    fsdp_ =
-        std::make_unique<parallel::Fsdp>(*model_, model_->blocks(), mesh_->dp_shard(),
-                                         &mesh_->dp_replicate(), fsdp_options(c.parallel), device_);
-  }
-  model_->to(device_); // initialized or loaded on the host (Module::to); FSDP's shards already are
+  // Activation checkpointing, FSDP when there is more than one data-parallel rank, on the device.
+  parallel_ =
+      parallel::parallelize(*model_, model_->blocks(), *mesh_, parallelize_options(c), device_);
   peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
   peak_tflops_ *= double(shape.world()); // the job's peak: MFU counts every rank's FLOPs
-  stepper_ = std::make_unique<TrainStepper>(c, model_, StepParallel{dp_group(), fsdp_.get()});
+  stepper_ = std::make_unique<TrainStepper>(c, model_,
+                                            StepParallel{parallel_.dp_group(), parallel_.fsdp()});
   data_->pattern = accumulation_pattern(t.tpi_multiplier);
   data_->vision = model_->has_vision();
   data_->train = std::make_unique<io::DataLoader>(data_->config(c, c.data.train_split, true),
@@ -243,7 +242,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   state_.schedule = &stepper_->schedule();
   state_.loader = data_->train.get();
   state_.dp = dp_group();
-  if (fsdp_) state_.sharded = fsdp_->shard_rows();
+  if (parallel_.fsdp()) state_.sharded = parallel_.fsdp()->shard_rows();
   seed_masters(*model_, stepper_->optimizer(), state_.sharded);
   resume();
   metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
@@ -305,8 +304,8 @@ void Trainer::log_memory() const {
     optim_bytes += per;
   }
   int64_t params = 0, grads = 0, full = 0;
-  if (fsdp_) {
-    const parallel::FsdpMemory m = fsdp_->memory();
+  if (parallel_.fsdp()) {
+    const parallel::FsdpMemory m = parallel_.fsdp()->memory();
     params = m.param_bytes;
     grads = m.grad_bytes;
     // AdamW keeps 2 (f32) or 3 (bf16: + master) fp32 values per trainable element.
@@ -480,10 +479,10 @@ void Trainer::caption_accuracy() {
             "config: training.caption_eval_images = ", config_.training.caption_eval_images,
             " needs a vision model");
   // Rank 0 generates with the whole model; the others wait (the demo's eval takes seconds).
-  if (fsdp_) fsdp_->unshard_all();
+  if (parallel_.fsdp()) parallel_.fsdp()->unshard_all();
   if (!rank0()) { // the accuracy comes from rank 0 (the others hold -1)
     summary_.caption_accuracy = mesh_->world().all_reduce_value(-1.0, parallel::ReduceOp::max);
-    if (fsdp_) fsdp_->reshard_all();
+    if (parallel_.fsdp()) parallel_.fsdp()->reshard_all();
     return;
   }
   const demo::CaptionAccuracy a =
@@ -491,7 +490,7 @@ void Trainer::caption_accuracy() {
                                    image_config(), config_.training.caption_eval_images, device_);
   if (mesh_->world().size() > 1)
     mesh_->world().all_reduce_value(a.images > 0 ? a.accuracy() : -1.0, parallel::ReduceOp::max);
-  if (fsdp_) fsdp_->reshard_all();
+  if (parallel_.fsdp()) parallel_.fsdp()->reshard_all();
   if (a.skipped > 0)
     log_info("caption accuracy: ", a.skipped, " bad samples skipped; the first: ", a.first_skip);
   VLM_CHECK(a.images > 0, "caption accuracy: data.val_split '", d.val_split,
@@ -546,7 +545,7 @@ std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
       elements += state_.sharded.count(name) ? numel(state_.sharded.at(name).full_shape)
                                              : optimizer.state(name).master.numel();
     }
-  if (fsdp_ && !model::few_exact(elements, model_->num_parameters())) {
+  if (parallel_.fsdp() && !model::few_exact(elements, model_->num_parameters())) {
     if (rank0())
       log_warn("HF snapshot: ", names.size(),
                " tensors stored more precisely than the bf16 "
@@ -583,7 +582,7 @@ std::string Trainer::save_hf_snapshot() {
     extra["preprocessor_config.json"] = io::image_processor_json(image_config());
   // The whole model on every rank (FSDP gathers it), written by rank 0 (the resumable HDF5
   // checkpoint is written by every rank, each its own shards).
-  if (fsdp_) fsdp_->unshard_all();
+  if (parallel_.fsdp()) parallel_.fsdp()->unshard_all();
   // A tensor stored more precisely than its bf16 parameter is written from its fp32 master.
   model::StoredTensors stored = model_->stored();
   stored.exact = whole_exact_masters();
@@ -594,7 +593,7 @@ std::string Trainer::save_hf_snapshot() {
     log_info("saved ", dir);
   }
   if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
-  if (fsdp_) fsdp_->reshard_all();
+  if (parallel_.fsdp()) parallel_.fsdp()->reshard_all();
   summary_.hf_snapshot = dir;
   return dir;
 }

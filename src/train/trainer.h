@@ -1,9 +1,10 @@
 // `vlmtrain train`: any registered model family (model/model_spec.h) trained on Energon data by a
 // TOML config (src/train/config.h), as one process or as one rank of an MPI job (mpirun, srun).
-// The trainer goes (DESIGN.md §4.1): spec -> build (describe) -> freeze -> activation
-// checkpointing -> init or load (host, the same values on every rank) -> FSDP (parallel/fsdp.h:
-// shards on the device; DDP and HSDP are its dp_shard = 1 and dp_replicate > 1 cases) or
-// to(device) -> TrainStepper.
+// The trainer goes (DESIGN.md §4.1): spec -> build (describe) -> init or load (host, the same
+// values on every rank) -> freeze -> parallelize (parallel/parallelize.h: activation
+// checkpointing, then FSDP when there are several data-parallel ranks — shards on the device; DDP
+// and HSDP are its dp_shard = 1 and dp_replicate > 1 cases — and the rest to the device) ->
+// TrainStepper.
 //
 //   ranks      [parallel] gives the mesh (parallel/mesh.h); each rank trains on one GPU picked by
 //              its node-local rank ("cuda" = cuda:local_rank), reads its own share of the data
@@ -44,8 +45,8 @@
 
 #include "io/image/preprocess.h"
 #include "model/causal_lm.h"
-#include "parallel/fsdp.h"
 #include "parallel/mesh.h"
+#include "parallel/parallelize.h"
 #include "src/train/config.h"
 #include "src/train/metrics.h"
 #include "src/train/train_state.h"
@@ -128,7 +129,7 @@ private:
   std::unique_ptr<parallel::DeviceMesh> mesh_;
   Device device_;
   std::shared_ptr<model::CausalLM> model_;
-  std::unique_ptr<parallel::Fsdp> fsdp_;
+  parallel::Parallelized parallel_; // after model_: undone while the model still lives
   std::unique_ptr<Data> data_;
   std::unique_ptr<TrainStepper> stepper_;
   TrainState state_;

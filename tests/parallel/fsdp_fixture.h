@@ -16,6 +16,7 @@
 #include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
 #include "parallel/mesh.h"
+#include "parallel/parallelize.h"
 #include "src/base/rng.h"
 #include "src/train/train_step.h"
 
@@ -145,11 +146,31 @@ struct RunResult {
   double moved = 0;        // ||trained - initial|| / ||initial|| over all parameters
 };
 
-inline std::shared_ptr<model::CausalLM> family_model(const Family& f, const train::TrainConfig& c) {
+// The family's tiny model loaded and frozen as the trainer does, nothing parallel applied yet.
+inline std::shared_ptr<model::CausalLM> loaded_family_model(const Family& f,
+                                                            const train::TrainConfig& c) {
   auto m = model::load_pretrained(test_data(f.snapshot), c.training.param_dtype);
   train::apply_freezing(c, *m);
-  parallel::apply_activation_checkpointing(m->blocks(), c.training.ac_mode);
   return m;
+}
+
+// A family model made parallel over `groups` (all null: one process) as the trainer does it
+// (parallel/parallelize.h), with c.training.ac_mode and FSDP `options`, on `device`.
+struct ParallelFamilyModel {
+  std::shared_ptr<model::CausalLM> model;
+  parallel::Parallelized parallelized; // after the model: undone first
+  train::StepParallel step_parallel() const {
+    return {parallelized.dp_group(), parallelized.fsdp()};
+  }
+};
+inline ParallelFamilyModel parallel_family_model(const Family& f, const train::TrainConfig& c,
+                                                 const parallel::DataParallelGroups& groups,
+                                                 const parallel::FsdpOptions& options = {},
+                                                 Device device = Device::cpu()) {
+  ParallelFamilyModel out{loaded_family_model(f, c), {}};
+  out.parallelized = parallel::parallelize(*out.model, out.model->blocks(), groups,
+                                           {c.training.ac_mode, options}, device);
+  return out;
 }
 
 inline int64_t optimizer_bytes(optim::AdamW& opt) {
@@ -174,10 +195,11 @@ inline int64_t param_and_grad_bytes(const nn::Module& m) {
 // One process on the global batch: every data rank's micro-batches, rank by rank.
 inline RunResult run_single(const Family& f, const train::TrainConfig& c, int data_ranks,
                             int accumulation, int steps) {
-  auto m = family_model(f, c);
+  const ParallelFamilyModel one = parallel_family_model(f, c, {});
+  const std::shared_ptr<model::CausalLM>& m = one.model;
   std::map<std::string, std::vector<double>> initial;
   for (const auto& p : m->named_parameters()) initial[p.name] = p.tensor.to_doubles();
-  train::TrainStepper stepper(c, m);
+  train::TrainStepper stepper(c, m, one.step_parallel());
   RunResult out;
   for (int s = 0; s < steps; s++) {
     std::vector<model::Batch> batches;
@@ -204,10 +226,12 @@ inline RunResult run_single(const Family& f, const train::TrainConfig& c, int da
 inline RunResult run_parallel(const Family& f, const train::TrainConfig& c,
                               parallel::DeviceMesh& mesh, const parallel::FsdpOptions& options,
                               int accumulation, int steps) {
-  auto m = family_model(f, c);
-  parallel::Fsdp fsdp(*m, m->blocks(), mesh.dp_shard(), &mesh.dp_replicate(), options,
-                      Device::cpu());
-  train::TrainStepper stepper(c, m, {&mesh.dp(), &fsdp});
+  // FSDP even with one data-parallel rank (mpirun -np 1 tests the sharded path too).
+  const ParallelFamilyModel run =
+      parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh), options);
+  const std::shared_ptr<model::CausalLM>& m = run.model;
+  parallel::Fsdp& fsdp = *run.parallelized.fsdp();
+  train::TrainStepper stepper(c, m, run.step_parallel());
   RunResult out;
   for (int s = 0; s < steps; s++) {
     std::vector<model::Batch> batches;

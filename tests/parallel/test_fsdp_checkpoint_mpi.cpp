@@ -38,20 +38,19 @@ std::vector<Layout> checkpoint_layouts(int world) {
 // A model of family `f` trained data-parallel in `layout`, one step at a time.
 struct ParallelRun {
   parallel::DeviceMesh mesh;
+  ParallelFamilyModel run; // FSDP even on one rank (mpirun -np 1)
   std::shared_ptr<model::CausalLM> model;
-  std::unique_ptr<parallel::Fsdp> fsdp;
+  parallel::Fsdp* fsdp;
   std::unique_ptr<train::TrainStepper> stepper;
   std::vector<double> losses;
   const Family& family;
 
   ParallelRun(const Family& f, const train::TrainConfig& c, const MeshShape& shape,
               std::unique_ptr<parallel::ProcessGroup> ranks = parallel::world_group())
-      : mesh(std::move(ranks), shape), model(family_model(f, c)), family(f) {
-    fsdp = std::make_unique<parallel::Fsdp>(*model, model->blocks(), mesh.dp_shard(),
-                                            &mesh.dp_replicate(), parallel::FsdpOptions{},
-                                            Device::cpu());
-    stepper = std::make_unique<train::TrainStepper>(c, model,
-                                                    train::StepParallel{&mesh.dp(), fsdp.get()});
+      : mesh(std::move(ranks), shape),
+        run(parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh))), model(run.model),
+        fsdp(run.parallelized.fsdp()), family(f) {
+    stepper = std::make_unique<train::TrainStepper>(c, model, run.step_parallel());
   }
   void train(int from, int to) {
     for (int s = from; s < to; s++) {
@@ -111,7 +110,8 @@ TEST_CASE("fsdp checkpoint: a state saved by FSDP, DDP or HSDP loads whole into 
       run.train(0, 2);
       run.save(path, 2);
       // One process (on every rank) loads the whole tensors.
-      auto whole = family_model(*f, c);
+      const ParallelFamilyModel whole_run = parallel_family_model(*f, c, {});
+      const auto& whole = whole_run.model;
       train::TrainStepper single(c, whole);
       train::TrainState loaded;
       loaded.model = whole.get();

@@ -124,7 +124,8 @@ TEST_CASE("fsdp equivalence: the reduced gradients of a step equal one process's
         targets += model::count_targets(batches[size_t(r)].back());
       }
     const double scale = 1.0 / double(targets);
-    auto one = family_model(f, c);
+    const ParallelFamilyModel one_run = parallel_family_model(f, c, {});
+    const auto& one = one_run.model;
     for (const auto& rank_batches : batches)
       for (const auto& b : rank_batches)
         affine(model::lm_loss(*one, b, Reduction::sum), scale).backward();
@@ -136,9 +137,10 @@ TEST_CASE("fsdp equivalence: the reduced gradients of a step equal one process's
       train::TrainConfig lc = c;
       lc.training.ac_mode = l.ac;
       parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
-      auto m = family_model(f, lc);
-      parallel::Fsdp fsdp(*m, m->blocks(), mesh.dp_shard(), &mesh.dp_replicate(), l.options,
-                          Device::cpu());
+      const ParallelFamilyModel run =
+          parallel_family_model(f, lc, parallel::DataParallelGroups::of(mesh), l.options);
+      const auto& m = run.model;
+      parallel::Fsdp& fsdp = *run.parallelized.fsdp();
       for (int k = 0; k < kAccumulation; k++) {
         fsdp.begin_micro_step(k == 0, k + 1 == kAccumulation);
         const model::Batch& b = batches[size_t(mesh.dp_rank())][size_t(k)];

@@ -27,6 +27,7 @@
 #include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
 #include "parallel/local_group.h"
+#include "parallel/parallelize.h"
 #include "src/core/ops.h"
 #include "src/nn/module.h"
 
@@ -181,12 +182,13 @@ struct LinearShardGrads {
 };
 LinearShardGrads run_linear(const LinearData& d, const Layout& l, int rank, DType reduce_dtype) {
   LinearModel model(7);
-  parallel::apply_activation_checkpointing(model.blocks(), l.ac);
   parallel::LocalProcessGroup group(rank, l.ranks);
-  parallel::FsdpOptions o;
-  o.reduce_every_micro_step = l.reduce_every_micro_step;
-  o.reduce_dtype = reduce_dtype;
-  parallel::Fsdp fsdp(model, model.blocks(), group, nullptr, o, Device::cpu());
+  parallel::ParallelizeOptions o{l.ac, {}};
+  o.fsdp.reduce_every_micro_step = l.reduce_every_micro_step;
+  o.fsdp.reduce_dtype = reduce_dtype;
+  const parallel::Parallelized parallelized =
+      parallel::parallelize(model, model.blocks(), {&group, nullptr, nullptr}, o, Device::cpu());
+  parallel::Fsdp& fsdp = *parallelized.fsdp();
   const Tensor half = Tensor::ones({kOut, kIn}, DType::bf16);
   for (int m = 0; m < kMicroSteps; m++) {
     fsdp.begin_micro_step(m == 0, m + 1 == kMicroSteps);

@@ -40,7 +40,8 @@ double check_family(const Family& f, const train::TrainConfig& c) {
       targets += model::count_targets(batches[size_t(r)].back());
     }
   const double scale = 1.0 / double(targets);
-  auto one = family_model(f, c);
+  const ParallelFamilyModel one_run = parallel_family_model(f, c, {});
+  const auto& one = one_run.model;
   for (const auto& p : one->named_parameters())
     if (p.tensor.requires_grad()) {
       REQUIRE(p.tensor.dtype() == DType::bf16);
@@ -59,9 +60,10 @@ double check_family(const Family& f, const train::TrainConfig& c) {
     train::TrainConfig lc = c;
     lc.training.ac_mode = l.ac;
     parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
-    auto m = family_model(f, lc);
-    parallel::Fsdp fsdp(*m, m->blocks(), mesh.dp_shard(), &mesh.dp_replicate(), l.options,
-                        Device::cpu());
+    const ParallelFamilyModel run =
+        parallel_family_model(f, lc, parallel::DataParallelGroups::of(mesh), l.options);
+    const auto& m = run.model;
+    parallel::Fsdp& fsdp = *run.parallelized.fsdp();
     for (int k = 0; k < kAccumulation; k++) {
       fsdp.begin_micro_step(k == 0, k + 1 == kAccumulation);
       const model::Batch& b = batches[size_t(mesh.dp_rank())][size_t(k)];

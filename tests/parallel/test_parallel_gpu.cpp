@@ -40,10 +40,11 @@ constexpr int kSteps = 5;
 
 RunResult run_on(Device device, const Family& f, parallel::ProcessGroup& shard) {
   const train::TrainConfig c = equivalence_config();
-  auto m = family_model(f, c);
-  parallel::Fsdp fsdp(*m, m->blocks(), shard, nullptr, {}, device);
-  m->to(device);
-  train::TrainStepper stepper(c, m, {nullptr, &fsdp});
+  const ParallelFamilyModel run =
+      parallel_family_model(f, c, {&shard, nullptr, nullptr}, {}, device);
+  const auto& m = run.model;
+  parallel::Fsdp& fsdp = *run.parallelized.fsdp();
+  train::TrainStepper stepper(c, m, run.step_parallel());
   RunResult out;
   for (int s = 0; s < kSteps; s++) {
     std::vector<model::Batch> batches;

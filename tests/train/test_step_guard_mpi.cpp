@@ -100,7 +100,8 @@ TEST_CASE("step guard mpi: with clipping at every step, FSDP equals one process 
   train::TrainConfig c = equivalence_config();
   c.training.max_grad_norm = 0.05;
   constexpr int kAccumulation = 2, kSteps = 3;
-  auto one = family_model(f, c);
+  const ParallelFamilyModel one_run = parallel_family_model(f, c, {});
+  const auto& one = one_run.model;
   train::TrainStepper single(c, one);
   std::vector<train::StepStats> want;
   for (int s = 0; s < kSteps; s++)
@@ -109,9 +110,11 @@ TEST_CASE("step guard mpi: with clipping at every step, FSDP equals one process 
   for (const Layout& l : layouts(world)) {
     INFO(l.name);
     parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
-    auto m = family_model(f, c);
-    parallel::Fsdp fsdp(*m, m->blocks(), mesh.dp_shard(), &mesh.dp_replicate(), {}, Device::cpu());
-    train::TrainStepper stepper(c, m, {&mesh.dp(), &fsdp});
+    const ParallelFamilyModel run =
+        parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh));
+    const auto& m = run.model;
+    parallel::Fsdp& fsdp = *run.parallelized.fsdp();
+    train::TrainStepper stepper(c, m, run.step_parallel());
     for (int s = 0; s < kSteps; s++) {
       INFO("step " << s + 1);
       const train::StepStats got = stepper.step(s, rank_batch(f, s, mesh, kAccumulation, false));
@@ -133,7 +136,8 @@ TEST_CASE("step guard mpi: a non-finite micro-batch on one rank skips the step o
   c.training.max_skipped_steps = 1;
   constexpr int kAccumulation = 2;
   // One process that never saw step 2 (index 1): steps 1 and 3.
-  auto one = family_model(f, c);
+  const ParallelFamilyModel one_run = parallel_family_model(f, c, {});
+  const auto& one = one_run.model;
   train::TrainStepper single(c, one);
   const train::StepStats want0 = single.step(0, global_batch(f, 0, world, kAccumulation, false));
   const train::StepStats want2 = single.step(2, global_batch(f, 2, world, kAccumulation, false));
@@ -141,9 +145,11 @@ TEST_CASE("step guard mpi: a non-finite micro-batch on one rank skips the step o
   for (const Layout& l : layouts(world)) {
     INFO(l.name);
     parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
-    auto m = family_model(f, c);
-    parallel::Fsdp fsdp(*m, m->blocks(), mesh.dp_shard(), &mesh.dp_replicate(), {}, Device::cpu());
-    train::TrainStepper stepper(c, m, {&mesh.dp(), &fsdp});
+    const ParallelFamilyModel run =
+        parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh));
+    const auto& m = run.model;
+    parallel::Fsdp& fsdp = *run.parallelized.fsdp();
+    train::TrainStepper stepper(c, m, run.step_parallel());
     const train::StepStats got0 = stepper.step(0, rank_batch(f, 0, mesh, kAccumulation, false));
     CHECK(rel(got0.loss, want0.loss) <= 1e-6);
     const StepSnapshot before = step_snapshot(stepper);

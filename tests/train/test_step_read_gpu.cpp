@@ -18,8 +18,8 @@
 
 #include "kernels/gpu_runtime.h"
 #include "model/batch.h"
-#include "parallel/fsdp.h"
 #include "parallel/local_group.h"
+#include "parallel/parallelize.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"
 #include "src/core/stream.h"
@@ -88,9 +88,9 @@ TEST_CASE("gpu step reads: one device-to-host copy per step, with and without FS
   SECTION("FSDP over one rank") {
     auto m = vlm::testing::tiny_bf16_model(2);
     parallel::LocalProcessGroup shard(0, 1);
-    parallel::Fsdp fsdp(*m, m->blocks(), shard, nullptr, {}, kGpu);
-    m->to(kGpu);
-    train::TrainStepper stepper(c, m, {nullptr, &fsdp});
+    const parallel::Parallelized par =
+        parallel::parallelize(*m, m->blocks(), {&shard, nullptr, nullptr}, {}, kGpu);
+    train::TrainStepper stepper(c, m, {par.dp_group(), par.fsdp()});
     const auto d = counted_step(stepper, m->vocab_size());
     CHECK(d.d2h_copies == 1);
     CHECK(d.syncs == 1);

@@ -1,0 +1,79 @@
+// The one composition point of parallelism (DESIGN.md §2.2, §6): parallelize() applies, to a model
+// built and loaded on the host,
+//   1. tensor parallelism (not yet: TP will go first, since AC and FSDP wrap whatever the
+//      projections have become — sharded weights, their collectives as Module hooks),
+//   2. activation checkpointing on the blocks (parallel/activation_checkpointing.h), so that a
+//      recomputation re-runs the block's TP collectives too,
+//   3. FSDP / HSDP / DDP over the data-parallel groups (parallel/fsdp.h), last, so its gather
+//      wrapper sits outside the checkpoint's and a block is whole while it is recomputed,
+// then moves whatever FSDP did not shard onto the device. This is torchtitan's order. Every place
+// that trains a model (the trainer, `dump`, the benchmarks, the data-parallel tests) goes through
+// here, so the order cannot drift between them and a new kind of parallelism is added once.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "parallel/activation_checkpointing.h"
+#include "parallel/fsdp.h"
+#include "parallel/mesh.h"
+#include "src/nn/module.h"
+
+namespace vlm::parallel {
+
+struct ParallelizeOptions {
+  AcMode ac = AcMode::off;
+  FsdpOptions fsdp; // used when there is a shard group
+};
+
+// The groups a model is made data-parallel over: a mesh's, or stand-ins (the benchmarks' recording
+// and compute-only groups, the tests' LocalProcessGroup). All null: one process, no FSDP.
+struct DataParallelGroups {
+  ProcessGroup* shard = nullptr;     // FSDP shards over it (size 1 included); null: no FSDP
+  ProcessGroup* replicate = nullptr; // replicas of the shards (HSDP, DDP); null or size 1: none
+  ProcessGroup* dp = nullptr;        // every data-parallel rank: the step sums losses over it
+  // The mesh's dp_shard, dp_replicate and dp groups, FSDP even on one rank.
+  static DataParallelGroups of(const DeviceMesh& mesh);
+};
+
+// What parallelize() applied; undoes it when destroyed (FSDP's wrappers, then the AC wrappers;
+// parameters stay sharded), so it must go before the model. Empty when default-constructed.
+class Parallelized {
+public:
+  Parallelized() = default;
+  ~Parallelized();
+  Parallelized(Parallelized&& other) noexcept;
+  Parallelized& operator=(Parallelized&& other) noexcept;
+  Parallelized(const Parallelized&) = delete;
+  Parallelized& operator=(const Parallelized&) = delete;
+
+  // The sharded model; null without FSDP.
+  Fsdp* fsdp() const { return fsdp_.get(); }
+  // The data-parallel group for the training step; null for one process.
+  ProcessGroup* dp_group() const { return dp_; }
+
+private:
+  friend Parallelized parallelize(nn::Module&, const std::vector<nn::Module*>&,
+                                  const DataParallelGroups&, const ParallelizeOptions&, Device);
+  void undo();
+
+  std::unique_ptr<Fsdp> fsdp_;
+  std::vector<std::pair<nn::Module*, size_t>> ac_wrappers_; // block, wrapper handle
+  ProcessGroup* dp_ = nullptr;
+};
+
+// Parallelizes `root` (materialized, the same values on every rank, frozen parameters already
+// frozen) whose repeated units are `blocks` (descendants of root in forward order: a CausalLM's
+// blocks()), over `groups`, and places it on `device`.
+[[nodiscard]] Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& blocks,
+                                       const DataParallelGroups& groups,
+                                       const ParallelizeOptions& options, Device device);
+// Over a mesh: FSDP over its dp_shard group (with dp_replicate's replicas) when it has more than
+// one data-parallel rank; a single data-parallel rank keeps the model whole. tp > 1 is an error
+// until tensor parallelism lands.
+[[nodiscard]] Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& blocks,
+                                       const DeviceMesh& mesh, const ParallelizeOptions& options,
+                                       Device device);
+
+} // namespace vlm::parallel
