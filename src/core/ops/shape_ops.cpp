@@ -347,6 +347,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 void copy_(Tensor& dst, const Tensor& src) {
   VLM_CHECK(dst.shape() == src.shape(), "copy_: shape mismatch, ", describe("dst", dst), " vs ",
             describe("src", src));
+  if (dst.numel() == 0) return; // nothing to copy (an empty tensor may have no storage)
   NoGradGuard no_grad;
   Tensor s = src.dtype() == dst.dtype() ? src : cast(src, dst.dtype());
   Tensor sc = s.to(dst.device()).contiguous();
