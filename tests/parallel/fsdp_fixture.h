@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "model/batch_file.h"
+#include "model/lm_loss.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
 #include "parallel/mesh.h"
 #include "parallel/parallelize.h"
 #include "src/base/rng.h"
+#include "src/core/ops/elementwise.h"
 #include "src/train/train_step.h"
 
 namespace vlm::testing {
@@ -270,6 +272,18 @@ inline std::vector<FsdpLayout> fsdp_layouts(int world) {
                  lazy,
                  parallel::AcMode::selective});
   return out;
+}
+
+// One step's forward and backward over this rank's `micro_batches` under `fsdp` (no update):
+// the loss sums scaled by `scale`, gradients reduced on the last micro-step.
+inline void fsdp_backward(parallel::Fsdp& fsdp, model::CausalLM& m,
+                          const std::vector<model::Batch>& micro_batches, double scale) {
+  const size_t n = micro_batches.size();
+  for (size_t k = 0; k < n; k++) {
+    fsdp.begin_micro_step(k == 0, k + 1 == n);
+    affine(model::lm_loss(m, micro_batches[k], Reduction::sum), scale).backward();
+    fsdp.end_micro_step();
+  }
 }
 
 } // namespace vlm::testing

@@ -64,12 +64,7 @@ double check_family(const Family& f, const train::TrainConfig& c) {
         parallel_family_model(f, lc, parallel::DataParallelGroups::of(mesh), l.options);
     const auto& m = run.model;
     parallel::Fsdp& fsdp = *run.parallelized.fsdp();
-    for (int k = 0; k < kAccumulation; k++) {
-      fsdp.begin_micro_step(k == 0, k + 1 == kAccumulation);
-      const model::Batch& b = batches[size_t(mesh.dp_rank())][size_t(k)];
-      affine(model::lm_loss(*m, b, Reduction::sum), scale).backward();
-      fsdp.end_micro_step();
-    }
+    fsdp_backward(fsdp, *m, batches[size_t(mesh.dp_rank())], scale);
     double layout_worst = 0;
     for (const auto& p : m->named_parameters()) {
       INFO(p.name);
