@@ -220,46 +220,50 @@ int64_t Hdf5StateWriter::create_dataset(const std::string& key, const Shape& sha
   return ds;
 }
 
-void Hdf5StateWriter::write_selection(int64_t dataset, const std::string& key,
-                                      const Shape& global_shape, int64_t row_begin,
-                                      const Tensor& rows) {
+void Hdf5StateWriter::write_slabs(int64_t dataset, const std::string& key,
+                                  const Shape& global_shape, const std::vector<Slab>& slabs) {
   H5Handle ds(dataset, H5Dclose);
   if (numel(global_shape) == 0) return; // nothing to write, on any rank
   const std::vector<hsize_t> dims = dims_of(global_shape);
-  H5Handle file_space(global_shape.empty()
-                          ? H5Screate(H5S_SCALAR)
-                          : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-                      H5Sclose);
-  const int64_t n = rows.defined() ? rows.numel() : 0;
-  const Tensor bytes = n > 0 ? host_bytes(rows) : Tensor();
-  hsize_t mem_count = hsize_t(std::max<int64_t>(n, 1));
-  H5Handle mem_space(H5Screate_simple(1, &mem_count, nullptr), H5Sclose);
-  if (n == 0) {
-    H5Sselect_none(file_space.get());
-    H5Sselect_none(mem_space.get());
-  } else if (!global_shape.empty()) {
-    std::vector<hsize_t> start(dims.size(), 0), count = dims;
-    start[0] = hsize_t(row_begin);
-    count[0] = hsize_t(rows.size(0));
-    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
-                        nullptr);
-  }
   H5Handle dxpl = data_transfer(mpi_);
   H5Handle file_type(H5Dget_type(ds.get()), H5Tclose); // stored as in memory: no conversion
-  const herr_t ok = H5Dwrite(ds.get(), file_type.get(), mem_space.get(), file_space.get(),
-                             dxpl.get(), n > 0 ? bytes.data_ptr() : nullptr);
-  VLM_H5_CHECK(ok >= 0, "checkpoint: writing '", key, "' to '", path_, "' failed");
+  // One independent H5Dwrite per box (a rank with none makes no call): each box is a selection
+  // of the file only this rank writes. A box of whole rows is one byte range of the file; a
+  // column block is one range per row.
+  for (const Slab& slab : slabs) {
+    if (!slab.block.defined() || slab.block.numel() == 0) continue;
+    H5Handle file_space(global_shape.empty()
+                            ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                        H5Sclose);
+    if (!global_shape.empty()) {
+      const std::vector<hsize_t> start(slab.offset.begin(), slab.offset.end());
+      const std::vector<hsize_t> count = dims_of(slab.block.shape());
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                          nullptr);
+    }
+    const Tensor bytes = host_bytes(slab.block);
+    const hsize_t n = hsize_t(bytes.numel());
+    H5Handle mem_space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    const herr_t ok = H5Dwrite(ds.get(), file_type.get(), mem_space.get(), file_space.get(),
+                               dxpl.get(), bytes.data_ptr());
+    VLM_H5_CHECK(ok >= 0, "checkpoint: writing '", key, "' to '", path_, "' failed (the box at ",
+                 shape_str(slab.offset), ")");
+  }
 }
 
 void Hdf5StateWriter::write_tensor(const std::string& key, const Tensor& value) {
   VLM_CHECK(value.defined(), "checkpoint: writing an undefined tensor under '", key, "'");
   const int64_t ds = create_dataset(key, value.shape(), value.dtype());
-  write_selection(ds, key, value.shape(), 0, rank_ == 0 ? value : Tensor());
+  std::vector<Slab> mine;
+  if (rank_ == 0) mine.push_back({std::vector<int64_t>(size_t(value.dim()), 0), value});
+  write_slabs(ds, key, value.shape(), mine);
 }
 
 void Hdf5StateWriter::write_rows(const std::string& key, const Shape& global_shape, DType dtype,
                                  int64_t row_begin, const Tensor& rows) {
   VLM_CHECK(!global_shape.empty(), "checkpoint: write_rows of '", key, "' needs a dim 0");
+  std::vector<Slab> mine;
   if (rows.defined() && rows.numel() > 0) {
     Shape expect = global_shape;
     expect[0] = rows.size(0);
@@ -267,9 +271,25 @@ void Hdf5StateWriter::write_rows(const std::string& key, const Shape& global_sha
                   row_begin + rows.size(0) <= global_shape[0],
               "checkpoint: rows ", row_begin, "..", row_begin + rows.size(0), " of '", key, "' as ",
               rows.desc(), " do not fit the global ", dtype_name(dtype), shape_str(global_shape));
+    std::vector<int64_t> offset(global_shape.size(), 0);
+    offset[0] = row_begin;
+    mine.push_back({offset, rows});
+  }
+  write_slab(key, global_shape, dtype, mine);
+}
+
+void Hdf5StateWriter::write_slab(const std::string& key, const Shape& global_shape, DType dtype,
+                                 const std::vector<Slab>& slabs) {
+  // Checked before the (collective) creation: every rank passing the same bad box fails alike.
+  for (const Slab& slab : slabs) {
+    if (!slab.block.defined() || slab.block.numel() == 0) continue;
+    VLM_CHECK(slab.block.dtype() == dtype &&
+                  box_fits(global_shape, slab.offset, slab.block.shape()),
+              "checkpoint: the box at offset ", shape_str(slab.offset), " as ", slab.block.desc(),
+              " does not fit '", key, "', a ", dtype_name(dtype), shape_str(global_shape));
   }
   const int64_t ds = create_dataset(key, global_shape, dtype);
-  write_selection(ds, key, global_shape, row_begin, rows);
+  write_slabs(ds, key, global_shape, slabs);
 }
 
 void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& value) {
@@ -408,18 +428,31 @@ DType Hdf5StateReader::dtype(const std::string& key) const {
 
 void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const {
   VLM_CHECK(dst.defined(), "checkpoint: reading '", key, "' into an undefined tensor");
+  const Shape global = shape(key);
+  Shape expect = global;
+  if (!global.empty()) expect[0] = dst.dim() > 0 ? dst.size(0) : -1;
+  VLM_CHECK(dst.shape() == expect && row_begin >= 0 &&
+                (global.empty() || row_begin + dst.size(0) <= global[0]),
+            "checkpoint: '", key, "' in '", path_, "' holds ", dtype_name(dtype(key)),
+            shape_str(global), " but the destination is ", dst.desc(),
+            global.empty() ? std::string() : " at row " + std::to_string(row_begin));
+  std::vector<int64_t> offset(global.size(), 0);
+  if (!global.empty()) offset[0] = row_begin;
+  read_slab_into(key, offset, dst);
+}
+
+void Hdf5StateReader::read_slab_into(const std::string& key, const std::vector<int64_t>& offset,
+                                     Tensor& dst) const {
+  VLM_CHECK(dst.defined(), "checkpoint: reading '", key, "' into an undefined tensor");
   const std::string what = "checkpoint: '" + key + "' in '" + path_ + "'";
   H5Handle ds(open_dataset(key), H5Dclose);
   const Shape global = shape_of(ds.get(), what);
   H5Handle stored_type(H5Dget_type(ds.get()), H5Tclose);
   const DType stored = dtype_of_h5(stored_type.get(), what);
   check_stored(ds.get(), what, uint64_t(numel(global)) * dtype_size(stored), file_bytes_);
-  Shape expect = global;
-  if (!global.empty()) expect[0] = dst.dim() > 0 ? dst.size(0) : -1;
-  VLM_CHECK(stored == dst.dtype() && dst.shape() == expect && row_begin >= 0 &&
-                (global.empty() || row_begin + dst.size(0) <= global[0]),
-            what, " holds ", dtype_name(stored), shape_str(global), " but the destination is ",
-            dst.desc(), global.empty() ? std::string() : " at row " + std::to_string(row_begin));
+  VLM_CHECK(stored == dst.dtype() && box_fits(global, offset, dst.shape()), what, " holds ",
+            dtype_name(stored), shape_str(global), "; the box at offset ", shape_str(offset),
+            " does not fit the destination ", dst.desc());
   if (dst.numel() == 0) return;
   NoGradGuard no_grad;
   // Straight into dst when HDF5 can write its memory (a CPU tensor, contiguous), else via a copy.
@@ -427,8 +460,8 @@ void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, 
   Tensor host = direct ? dst : Tensor::empty(dst.shape(), dst.dtype());
   H5Handle file_space(H5Dget_space(ds.get()), H5Sclose);
   if (!global.empty()) {
-    std::vector<hsize_t> start(global.size(), 0), count = dims_of(dst.shape());
-    start[0] = hsize_t(row_begin);
+    const std::vector<hsize_t> start(offset.begin(), offset.end());
+    const std::vector<hsize_t> count = dims_of(dst.shape());
     H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
                         nullptr);
   }
@@ -442,12 +475,12 @@ void Hdf5StateReader::read_rows_into(const std::string& key, int64_t row_begin, 
 }
 
 void Hdf5StateReader::read_tensor_into(const std::string& key, Tensor& dst) const {
-  // The whole tensor: the stored shape must be dst's, not only its first rows.
+  // The whole tensor: the stored shape must be dst's, not only a box of it.
   VLM_CHECK(dst.defined(), "checkpoint: reading '", key, "' into an undefined tensor");
   const Shape stored = shape(key);
   VLM_CHECK(stored == dst.shape(), "checkpoint: '", key, "' in '", path_, "' holds ",
             dtype_name(dtype(key)), shape_str(stored), " but the destination is ", dst.desc());
-  read_rows_into(key, 0, dst);
+  read_slab_into(key, std::vector<int64_t>(stored.size(), 0), dst);
 }
 
 std::vector<std::string> Hdf5StateReader::children(const std::string& group) const {

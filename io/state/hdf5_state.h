@@ -1,25 +1,29 @@
 // The checkpoint file (DESIGN.md §7): one HDF5 file written collectively by every rank of an MPI
 // communicator through parallel HDF5 (MPI-IO), read back by any number of ranks. Each global
 // tensor is one dataset with its full shape and dtype ("model/<hf name>" -> /model/<hf name>);
-// a rank writes only its own rows (an FSDP shard is a dim-0 slice), so a file saved on 4 ranks
-// loads on 1, 2 or 8. JSON documents ("state", "config") are string datasets. bf16 is stored as
-// an HDF5 float type of bf16's bit layout, so h5py reads it with `ds.astype("f4")[...]`.
+// a rank writes only its own boxes of it (hyperslabs: an FSDP shard is a dim-0 slice, a tensor-
+// parallel shard a column block or a few row segments), so a file saved on 4 ranks loads on 1, 2
+// or 8, in any other layout. JSON documents ("state", "config") are string datasets. bf16 is stored
+// as an HDF5 float type of bf16's bit layout, so h5py reads it with `ds.astype("f4")[...]`.
 //
 // Layout for parallel file systems: datasets are contiguous (no chunking: a rank's rows are one
-// byte range, which it writes with one independent MPI-IO call: no collective buffering, which
-// would move every byte between ranks first), and every dataset of at least 1 MiB starts
-// on a 1 MiB boundary (Lustre's default stripe size, and a multiple of GPFS's sub-block), so no
-// two ranks' large writes share a file-system block they both have to lock.
+// byte range, which it writes with one independent MPI-IO call, a column block one range per
+// row: no collective buffering, which would move every byte between ranks first), and every dataset
+// of at least 1 MiB starts on a 1 MiB boundary (Lustre's default stripe size, and a multiple of
+// GPFS's sub-block), so no two ranks' large writes share a file-system block they both have to
+// lock.
 //
 // Collective rules: every rank of the communicator constructs the writer, calls write_tensor /
-// write_rows / write_json with the same keys in the same order (datasets are created
-// collectively), and close(). Reads are independent: a rank reads what it needs, in any order.
+// write_rows / write_slab / write_json with the same keys in the same order (datasets are created
+// collectively; each rank then writes its own part independently, any number of boxes), and
+// close(). Reads are independent: a rank reads what it needs, in any order.
 // A process without MPI (parallel/mpi_env.h: started without a launcher) reads and writes through
 // HDF5's POSIX driver instead, as the only rank (the communicator is not used): the same file.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/state/state_store.h"
 
@@ -52,14 +56,21 @@ public:
   // replica whose copy another rank writes). Every row must be written by exactly one rank.
   void write_rows(const std::string& key, const Shape& global_shape, DType dtype, int64_t row_begin,
                   const Tensor& rows) override;
+  // This rank's boxes of a global tensor (StateWriter::write_slab): any number, each written with
+  // its own independent transfer. Every element must be written by exactly one box of one rank
+  // (an element none writes reads as whatever the file held); a box out of bounds, checked before
+  // the dataset is created, is an error naming the key, the global shape, the offset and block.
+  void write_slab(const std::string& key, const Shape& global_shape, DType dtype,
+                  const std::vector<Slab>& slabs) override;
   void write_json(const std::string& key, const nlohmann::json& value) override;
   // Flushes and closes the file; an error (disk full, ...) is thrown on the rank that saw it.
   void close();
 
 private:
   int64_t create_dataset(const std::string& key, const Shape& shape, DType dtype);
-  void write_selection(int64_t dataset, const std::string& key, const Shape& global_shape,
-                       int64_t row_begin, const Tensor& rows);
+  // Writes this rank's `slabs` into `dataset` (from create_dataset) and closes it.
+  void write_slabs(int64_t dataset, const std::string& key, const Shape& global_shape,
+                   const std::vector<Slab>& slabs);
 
   std::string path_;
   bool mpi_ = false; // MPI-IO; false: a process without MPI writes the file alone
@@ -91,6 +102,10 @@ public:
   // Rows [row_begin, row_begin + dst.size(0)) of the tensor under `key` (the other dims and the
   // dtype must match): the resharding read.
   void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const override;
+  // The box [offset, offset + dst.shape()) of the tensor under `key` (a hyperslab; the dtype must
+  // match): a tensor-parallel shard of any layout.
+  void read_slab_into(const std::string& key, const std::vector<int64_t>& offset,
+                      Tensor& dst) const override;
 
 private:
   int64_t open_dataset(const std::string& key) const;

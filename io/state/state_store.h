@@ -3,6 +3,11 @@
 // HDF5 checkpoint implements them (a tensor per dataset, "/model/<hf name>", "/optim/...", and
 // "/state" JSON), and MemoryState here keeps everything in memory for tests and in-process
 // restarts. Keys are '/'-separated paths.
+//
+// A rank's part of a global tensor is one or a few boxes of it (slabs): an FSDP shard is a dim-0
+// row range, a tensor-parallel shard a column block (dim 1) or several row segments of one. The
+// writer takes each rank's boxes of every tensor and the reader reads any box, so a state saved
+// in one layout loads into another (resharding).
 #pragma once
 
 #include <map>
@@ -17,6 +22,17 @@
 
 namespace vlm::io {
 
+// The box [offset, offset + block.shape()) of a global tensor (offset: one entry per dim of the
+// global tensor, as block has; a scalar: both empty). An undefined or empty block writes nothing.
+struct Slab {
+  std::vector<int64_t> offset;
+  Tensor block;
+};
+
+// True when the box [offset, offset + box) lies within a tensor of `global_shape` (same number of
+// dims, offsets >= 0).
+bool box_fits(const Shape& global_shape, const std::vector<int64_t>& offset, const Shape& box);
+
 class StateWriter {
 public:
   virtual ~StateWriter() = default;
@@ -28,6 +44,15 @@ public:
   // only the whole tensor.
   virtual void write_rows(const std::string& key, const Shape& global_shape, DType dtype,
                           int64_t row_begin, const Tensor& rows) = 0;
+  // This rank's boxes of a tensor of `global_shape` and `dtype` (a tensor-parallel shard: a
+  // column block, or several row segments of one); each block any device, contiguous or not, of
+  // `dtype`. `slabs` empty, or every block empty: this rank writes none of it. Every element of
+  // the tensor must be written by exactly one slab of one rank (only the bounds are checked: an
+  // element nobody writes is undefined in a checkpoint; an in-memory state, one process, checks
+  // that its slabs tile the tensor). A box out of bounds is an error naming the key, the global
+  // shape, the offset and the block.
+  virtual void write_slab(const std::string& key, const Shape& global_shape, DType dtype,
+                          const std::vector<Slab>& slabs) = 0;
 };
 
 class StateReader {
@@ -47,6 +72,12 @@ public:
   // Rows [row_begin, row_begin + dst.size(0)) of the tensor under `key` (the other dims and the
   // dtype must match): a shard of another layout than the one that wrote it.
   virtual void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const = 0;
+  // The box [offset, offset + dst.shape()) of the tensor under `key` into `dst` (any device; the
+  // dtype must be the stored one, as for read_rows_into: no conversion): a box of another layout
+  // than the one that wrote it. A box out of bounds is an error naming the key, the stored shape,
+  // the offset and dst.
+  virtual void read_slab_into(const std::string& key, const std::vector<int64_t>& offset,
+                              Tensor& dst) const = 0;
 };
 
 // Checks of a state against what its reader expects, made before anything is read (a size from
@@ -72,6 +103,11 @@ public:
   void write_rows(const std::string& key, const Shape& global_shape, DType dtype, int64_t row_begin,
                   const Tensor& rows) override;
   void read_rows_into(const std::string& key, int64_t row_begin, Tensor& dst) const override;
+  // The slabs must tile the tensor (disjoint, every element once): they are assembled into it.
+  void write_slab(const std::string& key, const Shape& global_shape, DType dtype,
+                  const std::vector<Slab>& slabs) override;
+  void read_slab_into(const std::string& key, const std::vector<int64_t>& offset,
+                      Tensor& dst) const override;
   // Every key, sorted (tensors and JSON documents together).
   std::vector<std::string> keys() const;
 
