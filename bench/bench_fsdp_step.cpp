@@ -163,8 +163,8 @@ struct RunSpec {
     r.model->init_weights(rng);
     r.parallelized = parallel::parallelize(*r.model, r.model->blocks(), {&shard, replicate, &dp},
                                            {parallel::AcMode::off, fsdp}, device);
-    r.stepper = std::make_unique<train::TrainStepper>(
-        config, r.model, train::StepParallel{r.parallelized.dp_group(), r.parallelized.fsdp()});
+    r.stepper = std::make_unique<train::TrainStepper>(config, r.model,
+                                                      train::StepParallel::of(r.parallelized));
     return r;
   }
 };

@@ -227,11 +227,11 @@ int run(const Options& o) {
   Rng rng(0);
   m->init_weights(rng); // on the CPU, as the trainer does; then AC and to the device
   const parallel::Parallelized parallelized = parallel::parallelize(
-      *m, m->blocks(), parallel::DataParallelGroups{}, {c.training.ac_mode, {}}, device);
+      *m, m->blocks(), parallel::ParallelGroups{}, {c.training.ac_mode, {}}, device);
   synchronize_device(device);
   r.init_s = seconds_since(init_start);
 
-  train::TrainStepper stepper(c, m, {parallelized.dp_group(), parallelized.fsdp()});
+  train::TrainStepper stepper(c, m, train::StepParallel::of(parallelized));
 
   const Batch host = make_batch(o, m->vocab_size());
   const std::vector<model::Batch> batch{model::to_device(host.text, device)};

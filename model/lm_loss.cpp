@@ -1,5 +1,6 @@
 #include "model/lm_loss.h"
 
+#include "parallel/vocab_parallel.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/matmul.h"
 #include "src/core/ops/shape_ops.h"
@@ -29,6 +30,12 @@ Tensor lm_loss(const CausalLM& model, const Batch& batch, Reduction reduction,
   check_targets(model, batch);
   VLM_CHECK(options.vocab_chunk >= 0, "lm_loss: vocab_chunk must be >= 0, got ",
             options.vocab_chunk);
+  if (options.vocab_group) {
+    const Tensor& head = model.head_weight();
+    return parallel::vocab_parallel_cross_entropy(
+        model.hidden_states(batch), head, batch.targets, options.vocab_group->rank() * head.size(0),
+        *options.vocab_group, -100, reduction, options.vocab_chunk);
+  }
   if (options.vocab_chunk > 0)
     return linear_cross_entropy(model.hidden_states(batch), model.head_weight(), batch.targets,
                                 -100, reduction, options.vocab_chunk);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "model/causal_lm.h"
+#include "parallel/process_group.h"
 #include "src/core/ops/loss.h"
 
 namespace vlm::model {
@@ -16,6 +17,10 @@ namespace vlm::model {
 // (linear_cross_entropy), never holding [T, vocab] logits — for large vocabularies or long rows.
 struct LossOptions {
   int64_t vocab_chunk = 0;
+  // Tensor parallelism's split head (parallel/tensor_parallel.h): the head weight holds rows
+  // [rank·rows, (rank+1)·rows) of the vocabulary on each rank of this group, and the loss is
+  // loss-parallel (parallel/vocab_parallel.h): the logits are never gathered.
+  parallel::ProcessGroup* vocab_group = nullptr;
 };
 
 // Token cross-entropy over the targets != -100: their sum (the trainer divides by the step's

@@ -148,4 +148,11 @@ ModelSpec refused_model_spec(const std::string& model_type, const std::string& w
   return s;
 }
 
+parallel::TpPlan tp_plan(const CausalLM& model) {
+  const ModelSpec& spec = model_spec(model.model_type());
+  VLM_CHECK(spec.tp_plan, "model_type \"", model.model_type(),
+            "\" has no tensor-parallel plan: set parallel.tp_size = 1");
+  return spec.tp_plan(model);
+}
+
 } // namespace vlm::model

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/causal_lm.h"
+#include "parallel/tensor_parallel.h"
 
 namespace vlm::model {
 
@@ -38,6 +39,9 @@ struct ModelSpec {
   std::function<std::shared_ptr<CausalLM>(const nlohmann::json& config, const std::string& where,
                                           DType param_dtype)>
       build;
+  // What tensor parallelism splits (parallel/tensor_parallel.h) in a model `build` made; empty:
+  // the family has no plan and tp > 1 is an error.
+  std::function<parallel::TpPlan(const CausalLM& model)> tp_plan;
   // Built-in configs by name (model.preset), as config.json objects for `build`.
   std::map<std::string, std::function<nlohmann::json(const PresetOptions&)>> presets;
 };
@@ -61,6 +65,8 @@ nlohmann::json read_config_json(const std::string& snapshot_dir);
 // The model a config.json object describes (its model_type picks the spec); nothing allocated.
 std::shared_ptr<CausalLM> build_model(const nlohmann::json& config, const std::string& where,
                                       DType param_dtype);
+// The tensor-parallel plan of `model` by its family's spec; a family without one is an error.
+parallel::TpPlan tp_plan(const CausalLM& model);
 // Every preset name, over every family.
 std::vector<std::string> preset_names();
 // A built-in config by preset name, over every family (the error lists the presets).

@@ -1,7 +1,9 @@
 // The one composition point of parallelism (DESIGN.md §2.2, §6): parallelize() applies, to a model
 // built and loaded on the host,
-//   1. tensor parallelism (not yet: TP will go first, since AC and FSDP wrap whatever the
-//      projections have become — sharded weights, their collectives as Module hooks),
+//   1. tensor parallelism (parallel/tensor_parallel.h) by the family's plan: first, since AC and
+//      FSDP wrap whatever the projections have become — split weights, their collectives as
+//      Module wrappers — and FSDP then shards each rank's split parameters over its dp_shard
+//      peers (the same tensor-parallel rank in every data-parallel replica),
 //   2. activation checkpointing on the blocks (parallel/activation_checkpointing.h), so that a
 //      recomputation re-runs the block's TP collectives too,
 //   3. FSDP / HSDP / DDP over the data-parallel groups (parallel/fsdp.h), last, so its gather
@@ -18,27 +20,32 @@
 #include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
 #include "parallel/mesh.h"
+#include "parallel/param_layout.h"
+#include "parallel/tensor_parallel.h"
 #include "src/nn/module.h"
 
 namespace vlm::parallel {
 
 struct ParallelizeOptions {
   AcMode ac = AcMode::off;
-  FsdpOptions fsdp; // used when there is a shard group
+  FsdpOptions fsdp;    // used when there is a shard group
+  TpPlan tp_plan = {}; // used when there is a tensor-parallel group of more than one rank
 };
 
-// The groups a model is made data-parallel over: a mesh's, or stand-ins (the benchmarks' recording
+// The groups a model is made parallel over: a mesh's, or stand-ins (the benchmarks' recording
 // and compute-only groups, the tests' LocalProcessGroup). All null: one process, no FSDP.
-struct DataParallelGroups {
+struct ParallelGroups {
   ProcessGroup* shard = nullptr;     // FSDP shards over it (size 1 included); null: no FSDP
   ProcessGroup* replicate = nullptr; // replicas of the shards (HSDP, DDP); null or size 1: none
   ProcessGroup* dp = nullptr;        // every data-parallel rank: the step sums losses over it
-  // The mesh's dp_shard, dp_replicate and dp groups, FSDP even on one rank.
-  static DataParallelGroups of(const DeviceMesh& mesh);
+  ProcessGroup* tp = nullptr;        // tensor parallelism over it; null or size 1: none
+  // The mesh's dp_shard, dp_replicate, dp and tp groups, FSDP even on one rank.
+  static ParallelGroups of(const DeviceMesh& mesh);
 };
 
-// What parallelize() applied; undoes it when destroyed (FSDP's wrappers, then the AC wrappers;
-// parameters stay sharded), so it must go before the model. Empty when default-constructed.
+// What parallelize() applied; undoes it when destroyed (FSDP's wrappers, the AC wrappers, then
+// TP's; parameters stay sharded and split), so it must go before the model. Empty when
+// default-constructed.
 class Parallelized {
 public:
   Parallelized() = default;
@@ -50,14 +57,25 @@ public:
 
   // The sharded model; null without FSDP.
   Fsdp* fsdp() const { return fsdp_.get(); }
+  // The split model; null without tensor parallelism.
+  TensorParallel* tensor_parallel() const { return tp_.get(); }
+  // Where this rank's part of every parameter that is not whole sits (checkpoints).
+  std::map<std::string, ParamLayout> param_layouts() const {
+    return parallel::param_layouts(fsdp_.get(), tp_.get());
+  }
+  // The whole model on every rank, as plain tensors (HF snapshots, export, generation), and back
+  // (collective: every rank calls both; no-ops for one process).
+  void unshard_all() const;
+  void reshard_all() const;
   // The data-parallel group for the training step; null for one process.
   ProcessGroup* dp_group() const { return dp_; }
 
 private:
   friend Parallelized parallelize(nn::Module&, const std::vector<nn::Module*>&,
-                                  const DataParallelGroups&, const ParallelizeOptions&, Device);
+                                  const ParallelGroups&, const ParallelizeOptions&, Device);
   void undo();
 
+  std::unique_ptr<TensorParallel> tp_;
   std::unique_ptr<Fsdp> fsdp_;
   std::vector<std::pair<nn::Module*, size_t>> ac_wrappers_; // block, wrapper handle
   ProcessGroup* dp_ = nullptr;
@@ -67,11 +85,11 @@ private:
 // frozen) whose repeated units are `blocks` (descendants of root in forward order: a CausalLM's
 // blocks()), over `groups`, and places it on `device`.
 [[nodiscard]] Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& blocks,
-                                       const DataParallelGroups& groups,
+                                       const ParallelGroups& groups,
                                        const ParallelizeOptions& options, Device device);
-// Over a mesh: FSDP over its dp_shard group (with dp_replicate's replicas) when it has more than
-// one data-parallel rank; a single data-parallel rank keeps the model whole. tp > 1 is an error
-// until tensor parallelism lands.
+// Over a mesh: tensor parallelism over its tp group when tp > 1 (options.tp_plan: the family's,
+// model::tp_plan), then FSDP over its dp_shard group (with dp_replicate's replicas) when it has
+// more than one data-parallel rank; a single data-parallel rank keeps its parameters whole.
 [[nodiscard]] Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& blocks,
                                        const DeviceMesh& mesh, const ParallelizeOptions& options,
                                        Device device);

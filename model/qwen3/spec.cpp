@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/qwen3/model.h"
+#include "model/text/text_tp_plan.h"
 
 namespace vlm::model {
 
@@ -48,6 +49,7 @@ ModelSpec qwen3_model_spec() {
   ModelSpec s;
   s.model_type = "qwen3";
   s.description = "Qwen3 dense text model (Qwen3ForCausalLM)";
+  s.tp_plan = text_tp_plan;
   s.build = [](const nlohmann::json& config, const std::string& where, DType dtype) {
     return std::make_shared<Qwen3ForCausalLM>(Qwen3Config::from_json(config, where), dtype);
   };

@@ -40,6 +40,7 @@ class GatedDeltaNet : public TokenMixer {
 public:
   GatedDeltaNet(const GatedDeltaNetConfig& config, DType dtype);
   std::string type_name() const override { return "GatedDeltaNet"; }
+  const GatedDeltaNetConfig& config() const { return config_; }
   Tensor forward(const Tensor& h, const BlockContext& ctx) const override;
 
 private:

@@ -14,6 +14,7 @@ public:
   std::string type_name() const override { return "SwiGluMlp"; }
   // h: [T, H] -> [T, H]
   Tensor forward(const Tensor& h) const;
+  int64_t intermediate_size() const { return down_->in_features(); }
 
 private:
   std::shared_ptr<nn::Linear> gate_, up_, down_;

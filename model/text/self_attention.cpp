@@ -10,7 +10,7 @@
 namespace vlm::model {
 
 SelfAttention::SelfAttention(const SelfAttentionConfig& c, DType dtype)
-    : head_dim_(c.head_dim), output_gate_(c.output_gate) {
+    : config_(c), head_dim_(c.head_dim), output_gate_(c.output_gate) {
   nn::LinearOptions opts;
   opts.bias = c.attention_bias;
   opts.weight_init = nn::Init::normal(c.initializer_range);

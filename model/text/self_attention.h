@@ -33,8 +33,10 @@ public:
   SelfAttention(const SelfAttentionConfig& config, DType dtype);
   std::string type_name() const override { return "SelfAttention"; }
   Tensor forward(const Tensor& h, const BlockContext& ctx) const override;
+  const SelfAttentionConfig& config() const { return config_; }
 
 private:
+  SelfAttentionConfig config_;
   int64_t head_dim_;
   bool output_gate_;
   std::shared_ptr<nn::Linear> q_, k_, v_, o_;

@@ -11,6 +11,12 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Init init, D
   declare_parameter("weight", {num_embeddings, embedding_dim}, std::move(init), dtype);
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight(), ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  if (!has_forward_hooks()) return embedding(weight(), ids);
+  // Through call(): tensor parallelism splits the vocabulary (parallel/tensor_parallel.h).
+  return call(
+      [this](const std::vector<Tensor>& in) { return std::vector{embedding(weight(), in[0])}; },
+      {ids})[0];
+}
 
 } // namespace vlm::nn

@@ -12,6 +12,14 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
   if (has_bias_) declare_parameter("bias", {out_features}, options.bias_init, options.dtype);
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight(), bias()); }
+Tensor Linear::forward(const Tensor& x) const {
+  if (!has_forward_hooks()) return linear(x, weight(), bias());
+  // Through call(): tensor parallelism wraps projections (parallel/tensor_parallel.h).
+  return call(
+      [this](const std::vector<Tensor>& in) {
+        return std::vector{linear(in[0], weight(), bias())};
+      },
+      {x})[0];
+}
 
 } // namespace vlm::nn

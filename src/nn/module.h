@@ -12,7 +12,9 @@
 //
 // Applied from outside (DESIGN.md §2.2): activation checkpointing and FSDP act on a model's
 // blocks through forward hooks and wrappers — the model runs each block through call() — and FSDP
-// swaps parameter storage with replace_parameter(). The module itself stays unaware of them.
+// swaps parameter storage with replace_parameter(); tensor parallelism wraps the Linear and
+// Embedding layers, which (like the norms) run through call() whenever something is attached.
+// The module itself stays unaware of them.
 //
 // Ordering: a module's own parameters in registration order, then each child in registration
 // order, recursively (PyTorch's order, which HF state dicts follow). A tensor registered under two
@@ -119,6 +121,10 @@ public:
   // Removes a hook or wrapper added to this module; an unknown handle is an error.
   void remove_forward_hook(size_t handle);
   size_t num_forward_wrappers() const { return wrappers_.size(); }
+  // Whether call() would do more than run `forward` (layers skip building its arguments if not).
+  bool has_forward_hooks() const {
+    return !pre_hooks_.empty() || !post_hooks_.empty() || !wrappers_.empty();
+  }
 
   // --- training state ---------------------------------------------------------------------------
   // Drops every parameter's .grad (the next backward allocates fresh ones).

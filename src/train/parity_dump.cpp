@@ -19,8 +19,8 @@ DumpResult run_dump(const DumpOptions& o) {
             "dump: --model, --batch and --out are required");
   check_device_available(o.device, "dump: --device");
   auto net = model::load_pretrained(o.model_dir, o.dtype);
-  const parallel::Parallelized parallelized = parallel::parallelize(
-      *net, net->blocks(), parallel::DataParallelGroups{}, {o.ac, {}}, o.device);
+  const parallel::Parallelized parallelized =
+      parallel::parallelize(*net, net->blocks(), parallel::ParallelGroups{}, {o.ac, {}}, o.device);
   model::Batch host = model::read_batch_file(o.batch_path, net->has_vision());
   try { // on the host, before any kernel sees it, as the trainer does
     model::validate_batch(host, net->vocab_size());

@@ -37,33 +37,38 @@ std::string optim_key(const std::string& name, const char* what) {
 }
 
 // Writes `value` (the tensor of parameter `name`, or one of its AdamW tensors) under `key`: whole,
-// or this rank's rows of the whole tensor when the parameter is sharded.
+// or this rank's boxes of the whole tensor when the rank holds a part.
 void save_tensor(const TrainState& s, io::StateWriter& out, const std::string& key,
                  const std::string& name, const Tensor& value) {
-  auto it = s.sharded.find(name);
-  if (it == s.sharded.end()) return out.write_tensor(key, value);
-  const parallel::ShardRows& rows = it->second;
-  VLM_CHECK(!rows.full_shape.empty(), "TrainState: the 0-dim parameter '", name,
-            "' is sharded; checkpoints shard dim 0");
+  auto it = s.layouts.find(name);
+  if (it == s.layouts.end()) return out.write_tensor(key, value);
+  const parallel::ParamLayout& layout = it->second;
+  VLM_CHECK(!layout.full_shape.empty(), "TrainState: the 0-dim parameter '", name,
+            "' is held in part");
   NoGradGuard no_grad;
-  const bool any = rows.writes && rows.rows > 0;
-  out.write_rows(key, rows.full_shape, value.dtype(), rows.row_begin,
-                 any ? slice(value.detach(), 0, 0, rows.rows) : Tensor());
+  std::vector<io::Slab> slabs;
+  if (layout.writes)
+    for (const parallel::ParamBox& box : layout.boxes)
+      slabs.push_back({box.global_offset, parallel::local_box(value.detach(), box)});
+  out.write_slab(key, layout.full_shape, value.dtype(), slabs);
 }
 
-// Reads `key` into `value`: whole, or this rank's rows of the stored whole tensor.
+// Reads `key` into `value`: whole, or this rank's boxes of the stored whole tensor.
 void load_tensor(const TrainState& s, const io::StateReader& in, const std::string& key,
                  const std::string& name, Tensor value) {
-  auto it = s.sharded.find(name);
-  if (it == s.sharded.end()) return in.read_tensor_into(key, value);
-  const parallel::ShardRows& rows = it->second;
+  auto it = s.layouts.find(name);
+  if (it == s.layouts.end()) return in.read_tensor_into(key, value);
+  const parallel::ParamLayout& layout = it->second;
   const Shape stored = in.shape(key);
-  VLM_CHECK(stored == rows.full_shape, "TrainState: '", key, "' holds shape ", shape_str(stored),
-            " but this model's '", name, "' is ", shape_str(rows.full_shape));
-  if (rows.rows == 0) return;
+  VLM_CHECK(stored == layout.full_shape, "TrainState: '", key, "' holds shape ", shape_str(stored),
+            " but this model's '", name, "' is ", shape_str(layout.full_shape));
   NoGradGuard no_grad;
-  Tensor mine = slice(value.detach(), 0, 0, rows.rows); // a view: read in place
-  in.read_rows_into(key, rows.row_begin, mine);
+  for (const parallel::ParamBox& box : layout.boxes) {
+    Tensor part = Tensor::empty(box.shape, value.dtype(), value.device());
+    in.read_slab_into(key, box.global_offset, part);
+    Tensor dst = parallel::local_box(value.detach(), box); // a view: written in place
+    copy_(dst, part);
+  }
 }
 
 // Checked readers of the /state document: each error names the key and what was expected.
@@ -135,8 +140,8 @@ void TrainState::check(const io::StateReader& in, const nlohmann::json& s) const
   std::map<std::string, Shape> shapes;
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) {
-    auto it = sharded.find(p.name);
-    shapes[p.name] = it == sharded.end() ? p.tensor.shape() : it->second.full_shape;
+    auto it = layouts.find(p.name);
+    shapes[p.name] = it == layouts.end() ? p.tensor.shape() : it->second.full_shape;
     names.insert(p.name);
     io::check_state_tensor(in, "model/" + p.name, shapes[p.name], p.tensor.dtype());
   }

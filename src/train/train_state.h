@@ -26,7 +26,7 @@
 #include "io/loader/loader.h"
 #include "io/state/state_store.h"
 #include "model/causal_lm.h"
-#include "parallel/fsdp.h"
+#include "parallel/param_layout.h"
 #include "src/base/rng.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
@@ -49,11 +49,12 @@ struct TrainState {
   // The data-parallel ranks, whose loader states are saved together (each rank's loader reads
   // its own share); null: this process is the only one.
   parallel::ProcessGroup* dp = nullptr;
-  // The parameters this rank holds as FSDP shards (Fsdp::shard_rows()), with their AdamW state;
-  // every other parameter is whole. The state holds whole tensors either way (each rank writes
-  // and reads its own rows), so a state saved with one layout loads into any other. Saving and
-  // loading are then collective: every rank calls them.
-  std::map<std::string, parallel::ShardRows> sharded;
+  // The parameters this rank holds in part — FSDP shards, tensor-parallel parts, or both
+  // (Parallelized::param_layouts()) — with their AdamW state; every other parameter is whole. The
+  // state holds whole tensors either way (each rank writes and reads its own boxes of them), so
+  // a state saved with one layout loads into any other. Saving and loading are then collective:
+  // every rank calls them.
+  std::map<std::string, parallel::ParamLayout> layouts;
 
   void save(io::StateWriter& out) const;
   // Overwrites the parameters, optimizer state and loader position of the objects above. The

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "kernels/optim.h"
 #include "src/base/check.h"
@@ -102,6 +103,8 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
       schedule_(lr_schedule_config(config)) {
   const TrainingOptions& t = config.training;
   loss_.vocab_chunk = t.loss_vocab_chunk;
+  if (parallel_.tp && parallel_.tp->vocab_parallel_head())
+    loss_.vocab_group = &parallel_.tp->group();
   apply_freezing(config, *model_);
   // Groups in a fixed order: llm, llm_no_decay, mlp, mlp_no_decay, vit, vit_no_decay.
   std::vector<optim::ParamGroup> groups;
@@ -169,6 +172,7 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
     affine(l, scale).backward();
     if (fsdp) fsdp->end_micro_step();
   }
+  if (parallel_.tp) parallel_.tp->reduce_grads(*model_);
   // Everything up to the update is queued without a host read (on CUDA; on the CPU each call
   // simply runs): this rank's squared gradient norm (the multi-tensor kernels), summed over the
   // shard group with FSDP (each rank holds a different part of every gradient; replicas hold the
@@ -176,8 +180,9 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   // maxed over the ranks (a non-finite loss on one rank skips the step everywhere, as the summed
   // loss does); the clipping; the AdamW update, which does nothing when the flag says skip.
   const double max_norm = config_.training.max_grad_norm;
-  StepScalars scalars = pack_step_scalars(losses, optim::clip_grad_norm_async(trainable_, 0.0));
+  StepScalars scalars = pack_step_scalars(losses, local_norm_sq());
   if (fsdp) fsdp->shard_group().all_reduce(scalars.norm_sq());
+  if (parallel_.tp) parallel_.tp->group().all_reduce(scalars.norm_sq());
   guard_step(scalars, max_norm);
   if (parallel_.dp) parallel_.dp->all_reduce(scalars.skip(), parallel::ReduceOp::max);
   if (max_norm > 0) optim::scale_grads(trainable_, scalars.coef());
@@ -213,6 +218,22 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   }
   optimizer_->zero_grad();
   return s;
+}
+
+Tensor TrainStepper::local_norm_sq() const {
+  if (!parallel_.tp) return optim::clip_grad_norm_async(trainable_, 0.0);
+  // Under TP a tensor held by k ranks (replicated: the whole group) counts 1/k on each.
+  std::map<int64_t, std::vector<Tensor>> by_replicas;
+  for (const Tensor& p : trainable_)
+    by_replicas[parallel_.tp->placement(p.name()).replicas].push_back(p);
+  NoGradGuard no_grad;
+  Tensor sum;
+  for (const auto& [replicas, params] : by_replicas) {
+    const Tensor part =
+        affine(slice(optim::clip_grad_norm_async(params, 0.0), 0, 0, 1), 1.0 / double(replicas));
+    sum = sum.defined() ? add(sum, part) : part;
+  }
+  return sum;
 }
 
 std::pair<double, int64_t> TrainStepper::evaluate(const std::vector<model::Batch>& batches) const {

@@ -39,7 +39,11 @@
 // micro-batches; N, the logged loss and the skip decisions are sums over the data-parallel group,
 // so the update is the token mean over the global batch, exactly as one process would compute it.
 // FSDP (parallel/fsdp.h) is driven around each micro-batch; the gradient norm is summed over the
-// shard group (each rank holds a different part of every gradient), on the device.
+// shard group (each rank holds a different part of every gradient), on the device. Tensor
+// parallelism (parallel/tensor_parallel.h): the partial gradients are summed over the TP group
+// after the last micro-batch; the norm counts each parameter once (a rank's sum of squares of a
+// tensor held by k ranks is weighted 1/k, then summed over the group); the loss is
+// vocabulary-parallel.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +54,7 @@
 #include "model/causal_lm.h"
 #include "model/lm_loss.h"
 #include "parallel/fsdp.h"
+#include "parallel/parallelize.h"
 #include "parallel/process_group.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
@@ -72,6 +77,12 @@ struct StepStats {
 struct StepParallel {
   parallel::ProcessGroup* dp = nullptr; // every data-parallel rank: targets and losses sum over it
   parallel::Fsdp* fsdp = nullptr;       // the sharded model (its shard group sums the grad norm)
+  // The split model: partial gradients summed over its group, the grad norm summed by placement,
+  // the loss vocabulary-parallel.
+  parallel::TensorParallel* tp = nullptr;
+  static StepParallel of(const parallel::Parallelized& p) {
+    return {p.dp_group(), p.fsdp(), p.tensor_parallel()};
+  }
 };
 
 // Freezes (requires_grad = false) the parameter groups model.train_* turns off. The trainer calls
@@ -106,6 +117,9 @@ public:
   }
 
 private:
+  // This rank's squared gradient norm ([0] of a tensor on the gradients' device), each tensor
+  // counted once over the tensor-parallel group.
+  Tensor local_norm_sq() const;
   // "the loss" or "the gradient of <name>": the first non-finite value of this step.
   std::string first_non_finite(double loss) const;
 

@@ -46,9 +46,6 @@ double now_seconds() {
 
 // What this build cannot do yet: refuse it at start rather than train something else.
 void check_supported(const TrainConfig& c) {
-  VLM_CHECK(c.parallel.tp_size == 1, "config: parallel.tp_size = ", c.parallel.tp_size,
-            ": tensor parallelism is not implemented yet (data parallelism is: "
-            "parallel.data_parallel, dp_replicate, dp_shard)");
   VLM_CHECK(c.checkpoint.format != CheckpointFormat::hdf5 || io::hdf5_state_available(),
             "config: checkpoint.format = \"hdf5\" (the default): this build has no parallel HDF5 "
             "(it needs MPI and libhdf5-openmpi-dev; tools/deps/install_deps.sh installs them); set "
@@ -156,20 +153,23 @@ struct Trainer::Data {
 namespace {
 
 // A bf16 run's fp32 masters start from the exact stored values of the tensors its parameters
-// round (an F32 A_log in a bf16 model: model/stored_tensors.h), this rank's rows of each when
-// sharded; the host copies are dropped then.
+// round (an F32 A_log in a bf16 model: model/stored_tensors.h), this rank's boxes of each when
+// it holds a part; the host copies are dropped then.
 void seed_masters(model::CausalLM& m, optim::AdamW& optimizer,
-                  const std::map<std::string, parallel::ShardRows>& sharded) {
+                  const std::map<std::string, parallel::ParamLayout>& layouts) {
   NoGradGuard no_grad;
   for (const auto& [name, value] : m.stored().exact) {
     if (!optimizer.has_state(name) || !optimizer.state(name).master.defined()) continue; // frozen
-    Tensor master = optimizer.state(name).master, rows = value;
-    if (auto it = sharded.find(name); it != sharded.end()) {
-      if (it->second.rows == 0) continue;
-      rows = slice(value, 0, it->second.row_begin, it->second.row_begin + it->second.rows);
-      master = slice(master, 0, 0, it->second.rows); // the shard may hold padding rows after
+    Tensor master = optimizer.state(name).master;
+    auto it = layouts.find(name);
+    if (it == layouts.end()) {
+      copy_(master, value.to(DType::f32).to(master.device()));
+      continue;
     }
-    copy_(master, rows.to(DType::f32).to(master.device()));
+    for (const parallel::ParamBox& box : it->second.boxes) { // an FSDP shard's padding stays
+      Tensor dst = parallel::local_box(master, box);
+      copy_(dst, parallel::global_box(value, box).to(DType::f32).to(master.device()));
+    }
   }
   m.stored().exact.clear();
 }
@@ -224,13 +224,14 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   data_->dp_world = shape.dp();
   state_.rng = Rng(uint64_t(t.seed));
   model_ = build_model(c, data_->tokenizer, state_.rng); // the same values on every rank
-  // Activation checkpointing, FSDP when there is more than one data-parallel rank, on the device.
-  parallel_ =
-      parallel::parallelize(*model_, model_->blocks(), *mesh_, parallelize_options(c), device_);
+  // Tensor parallelism by the family's plan, activation checkpointing, FSDP when there is more
+  // than one data-parallel rank, on the device.
+  parallel::ParallelizeOptions options = parallelize_options(c);
+  if (shape.tp > 1) options.tp_plan = model::tp_plan(*model_);
+  parallel_ = parallel::parallelize(*model_, model_->blocks(), *mesh_, options, device_);
   peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
   peak_tflops_ *= double(shape.world()); // the job's peak: MFU counts every rank's FLOPs
-  stepper_ = std::make_unique<TrainStepper>(c, model_,
-                                            StepParallel{parallel_.dp_group(), parallel_.fsdp()});
+  stepper_ = std::make_unique<TrainStepper>(c, model_, StepParallel::of(parallel_));
   data_->pattern = accumulation_pattern(t.tpi_multiplier);
   data_->vision = model_->has_vision();
   data_->train = std::make_unique<io::DataLoader>(data_->config(c, c.data.train_split, true),
@@ -242,8 +243,8 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   state_.schedule = &stepper_->schedule();
   state_.loader = data_->train.get();
   state_.dp = dp_group();
-  if (parallel_.fsdp()) state_.sharded = parallel_.fsdp()->shard_rows();
-  seed_masters(*model_, stepper_->optimizer(), state_.sharded);
+  state_.layouts = parallel_.param_layouts();
+  seed_masters(*model_, stepper_->optimizer(), state_.layouts);
   resume();
   metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
                                           resumed_from_.empty() ? -1 : state_.step);
@@ -295,23 +296,33 @@ parallel::ProcessGroup* Trainer::dp_group() const {
 }
 
 void Trainer::log_memory() const {
-  // What this rank holds against what one process would hold for the same model.
-  int64_t optim_bytes = 0, full_optim = 0;
+  // What this rank holds against what one process would hold for the same model: every
+  // parameter whole, a gradient for each trainable one, AdamW's state for the whole of them.
+  int64_t optim_bytes = 0, optim_elements = 0;
   for (const std::string& name : stepper_->optimizer().param_names()) {
     const optim::AdamWState& st = stepper_->optimizer().state(name);
-    const int64_t per = int64_t(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes() +
-                                (st.master.defined() ? st.master.nbytes() : 0));
-    optim_bytes += per;
+    optim_bytes += int64_t(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes() +
+                           (st.master.defined() ? st.master.nbytes() : 0));
+    optim_elements += st.exp_avg.numel();
   }
-  int64_t params = 0, grads = 0, full = 0;
-  if (parallel_.fsdp()) {
+  int64_t params = 0, grads = 0, full = 0, full_trainable = 0;
+  for (const auto& p : model_->named_parameters()) {
+    const auto layout = state_.layouts.find(p.name);
+    const int64_t whole =
+        layout == state_.layouts.end() ? p.tensor.numel() : numel(layout->second.full_shape);
+    const int64_t grad_size = p.tensor.requires_grad() ? dtype_size(p.tensor.grad_dtype()) : 0;
+    params += int64_t(p.tensor.nbytes());
+    grads += p.tensor.numel() * grad_size;
+    full += whole * (dtype_size(p.tensor.dtype()) + grad_size);
+    if (p.tensor.requires_grad()) full_trainable += whole;
+  }
+  if (parallel_.fsdp()) { // its flat buffers (padding, unsharded accumulation buffers included)
     const parallel::FsdpMemory m = parallel_.fsdp()->memory();
     params = m.param_bytes;
     grads = m.grad_bytes;
-    // AdamW keeps 2 (f32) or 3 (bf16: + master) fp32 values per trainable element.
-    full_optim = m.shard_elements > 0 ? optim_bytes * m.trainable_elements / m.shard_elements : 0;
-    full = m.full_param_bytes + m.full_grad_bytes + full_optim;
   }
+  // AdamW keeps 2 (f32) or 3 (bf16: + master) fp32 values per trainable element.
+  if (optim_elements > 0) full += optim_bytes * full_trainable / optim_elements;
   const int64_t here = params + grads + optim_bytes;
   const parallel::MeshShape& sh = mesh_->shape();
   if (rank0())
@@ -319,7 +330,7 @@ void Trainer::log_memory() const {
              "); parameters ", mib(params), " + gradients ", mib(grads), " + AdamW state ",
              mib(optim_bytes), " = ", mib(here), " per rank; one process would hold ", mib(full),
              " (", full > 0 ? double(here) / double(full) : 0.0,
-             " of it; 1/dp_shard = ", 1.0 / double(sh.dp_shard), ")");
+             " of it; 1/(dp_shard x tp) = ", 1.0 / double(sh.dp_shard * sh.tp), ")");
 }
 
 void Trainer::set_fault_injection(const FaultInjection& fault) {
@@ -479,10 +490,10 @@ void Trainer::caption_accuracy() {
             "config: training.caption_eval_images = ", config_.training.caption_eval_images,
             " needs a vision model");
   // Rank 0 generates with the whole model; the others wait (the demo's eval takes seconds).
-  if (parallel_.fsdp()) parallel_.fsdp()->unshard_all();
+  parallel_.unshard_all();
   if (!rank0()) { // the accuracy comes from rank 0 (the others hold -1)
     summary_.caption_accuracy = mesh_->world().all_reduce_value(-1.0, parallel::ReduceOp::max);
-    if (parallel_.fsdp()) parallel_.fsdp()->reshard_all();
+    parallel_.reshard_all();
     return;
   }
   const demo::CaptionAccuracy a =
@@ -490,7 +501,7 @@ void Trainer::caption_accuracy() {
                                    image_config(), config_.training.caption_eval_images, device_);
   if (mesh_->world().size() > 1)
     mesh_->world().all_reduce_value(a.images > 0 ? a.accuracy() : -1.0, parallel::ReduceOp::max);
-  if (parallel_.fsdp()) parallel_.fsdp()->reshard_all();
+  parallel_.reshard_all();
   if (a.skipped > 0)
     log_info("caption accuracy: ", a.skipped, " bad samples skipped; the first: ", a.first_skip);
   VLM_CHECK(a.images > 0, "caption accuracy: data.val_split '", d.val_split,
@@ -542,10 +553,10 @@ std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
     if (!model::holds_all_of(config_.training.param_dtype, dtype) && optimizer.has_state(name) &&
         optimizer.state(name).master.defined()) {
       names.push_back(name);
-      elements += state_.sharded.count(name) ? numel(state_.sharded.at(name).full_shape)
+      elements += state_.layouts.count(name) ? numel(state_.layouts.at(name).full_shape)
                                              : optimizer.state(name).master.numel();
     }
-  if (parallel_.fsdp() && !model::few_exact(elements, model_->num_parameters())) {
+  if (!state_.layouts.empty() && !model::few_exact(elements, model_->num_parameters())) {
     if (rank0())
       log_warn("HF snapshot: ", names.size(),
                " tensors stored more precisely than the bf16 "
@@ -555,19 +566,20 @@ std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
   NoGradGuard no_grad;
   for (const std::string& name : names) {
     const Tensor& master = optimizer.state(name).master;
-    auto it = state_.sharded.find(name);
-    if (it == state_.sharded.end()) {
+    auto it = state_.layouts.find(name);
+    if (it == state_.layouts.end()) {
       out[name] = master;
       continue;
     }
-    // Each row from the one rank that saves it, zeros elsewhere: the sum is that row (bit for bit;
-    // a -0 becomes +0).
-    const parallel::ShardRows& r = it->second;
-    Tensor whole = Tensor::zeros(r.full_shape, DType::f32, master.device());
-    if (r.writes && r.rows > 0) {
-      Tensor mine = slice(whole, 0, r.row_begin, r.row_begin + r.rows);
-      copy_(mine, slice(master, 0, 0, r.rows));
-    }
+    // Each box from the one rank that saves it, zeros elsewhere: the sum is that box (bit for
+    // bit; a -0 becomes +0).
+    const parallel::ParamLayout& layout = it->second;
+    Tensor whole = Tensor::zeros(layout.full_shape, DType::f32, master.device());
+    if (layout.writes)
+      for (const parallel::ParamBox& box : layout.boxes) {
+        Tensor mine = parallel::global_box(whole, box);
+        copy_(mine, parallel::local_box(master, box));
+      }
     mesh_->world().all_reduce(whole, parallel::ReduceOp::sum);
     out[name] = whole;
   }
@@ -582,7 +594,7 @@ std::string Trainer::save_hf_snapshot() {
     extra["preprocessor_config.json"] = io::image_processor_json(image_config());
   // The whole model on every rank (FSDP gathers it), written by rank 0 (the resumable HDF5
   // checkpoint is written by every rank, each its own shards).
-  if (parallel_.fsdp()) parallel_.fsdp()->unshard_all();
+  parallel_.unshard_all();
   // A tensor stored more precisely than its bf16 parameter is written from its fp32 master.
   model::StoredTensors stored = model_->stored();
   stored.exact = whole_exact_masters();
@@ -593,7 +605,7 @@ std::string Trainer::save_hf_snapshot() {
     log_info("saved ", dir);
   }
   if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
-  if (parallel_.fsdp()) parallel_.fsdp()->reshard_all();
+  parallel_.reshard_all();
   summary_.hf_snapshot = dir;
   return dir;
 }

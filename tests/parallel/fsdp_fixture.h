@@ -5,6 +5,7 @@
 // FSDP / HSDP / DDP. Every rank can compute the reference by itself (no communication).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -161,12 +162,10 @@ inline std::shared_ptr<model::CausalLM> loaded_family_model(const Family& f,
 struct ParallelFamilyModel {
   std::shared_ptr<model::CausalLM> model;
   parallel::Parallelized parallelized; // after the model: undone first
-  train::StepParallel step_parallel() const {
-    return {parallelized.dp_group(), parallelized.fsdp()};
-  }
+  train::StepParallel step_parallel() const { return train::StepParallel::of(parallelized); }
 };
 inline ParallelFamilyModel parallel_family_model(const Family& f, const train::TrainConfig& c,
-                                                 const parallel::DataParallelGroups& groups,
+                                                 const parallel::ParallelGroups& groups,
                                                  const parallel::FsdpOptions& options = {},
                                                  Device device = Device::cpu()) {
   ParallelFamilyModel out{loaded_family_model(f, c), {}};
@@ -230,7 +229,7 @@ inline RunResult run_parallel(const Family& f, const train::TrainConfig& c,
                               int accumulation, int steps) {
   // FSDP even with one data-parallel rank (mpirun -np 1 tests the sharded path too).
   const ParallelFamilyModel run =
-      parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh), options);
+      parallel_family_model(f, c, parallel::ParallelGroups::of(mesh), options);
   const std::shared_ptr<model::CausalLM>& m = run.model;
   parallel::Fsdp& fsdp = *run.parallelized.fsdp();
   train::TrainStepper stepper(c, m, run.step_parallel());
@@ -284,6 +283,45 @@ inline void fsdp_backward(parallel::Fsdp& fsdp, model::CausalLM& m,
     affine(model::lm_loss(m, micro_batches[k], Reduction::sum), scale).backward();
     fsdp.end_micro_step();
   }
+}
+
+// --- comparisons ---------------------------------------------------------------------------------
+
+// max |a - b| / max |b| (max-norm relative error).
+inline double rel(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// The elements whose gradient is exactly zero in exact arithmetic: the key bias (the middle third
+// of a fused qkv bias). Their values after training are AdamW applied to rounding noise.
+inline bool noise_only(const std::string& name, size_t i, size_t n) {
+  const std::string suffix = "attn.qkv.bias";
+  const bool qkv_bias = name.size() >= suffix.size() &&
+                        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return qkv_bias && i >= n / 3 && i < 2 * n / 3;
+}
+
+// The comparable elements of a parameter (noise_only ones dropped).
+inline std::vector<double> comparable(const std::string& name, const std::vector<double>& v) {
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); i++)
+    if (!noise_only(name, i, v.size())) out.push_back(v[i]);
+  return out;
+}
+
+// ||a - b|| / ||b|| (L2).
+inline double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 } // namespace vlm::testing

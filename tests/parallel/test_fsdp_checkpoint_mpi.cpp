@@ -48,7 +48,7 @@ struct ParallelRun {
   ParallelRun(const Family& f, const train::TrainConfig& c, const MeshShape& shape,
               std::unique_ptr<parallel::ProcessGroup> ranks = parallel::world_group())
       : mesh(std::move(ranks), shape),
-        run(parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh))), model(run.model),
+        run(parallel_family_model(f, c, parallel::ParallelGroups::of(mesh))), model(run.model),
         fsdp(run.parallelized.fsdp()), family(f) {
     stepper = std::make_unique<train::TrainStepper>(c, model, run.step_parallel());
   }
@@ -67,7 +67,7 @@ struct ParallelRun {
     st.model = model.get();
     st.optimizer = &stepper->optimizer();
     st.schedule = &stepper->schedule();
-    st.sharded = fsdp->shard_rows();
+    st.layouts = run.parallelized.param_layouts();
     return st;
   }
   void save(const std::string& path, int64_t step) {

@@ -39,43 +39,6 @@ constexpr double kParamTolerance = 1e-5;   // fp32 parameters after 20 steps, L2
 constexpr double kElementTolerance = 1e-3; // ... element by element
 constexpr double kF64Tolerance = 1e-8;     // f64 parameters after 20 steps, element by element
 
-// max |a - b| / max |b| (max-norm relative error).
-double rel(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
-// The elements whose gradient is exactly zero in exact arithmetic: the key bias (the middle third
-// of a fused qkv bias). Their values after training are AdamW applied to rounding noise.
-bool noise_only(const std::string& name, size_t i, size_t n) {
-  const std::string suffix = "attn.qkv.bias";
-  const bool qkv_bias = name.size() >= suffix.size() &&
-                        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  return qkv_bias && i >= n / 3 && i < 2 * n / 3;
-}
-
-// The comparable elements of a parameter (noise_only ones dropped).
-std::vector<double> comparable(const std::string& name, const std::vector<double>& v) {
-  std::vector<double> out;
-  for (size_t i = 0; i < v.size(); i++)
-    if (!noise_only(name, i, v.size())) out.push_back(v[i]);
-  return out;
-}
-
-// ||a - b|| / ||b|| (L2).
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
 void check_equal(const RunResult& got, const RunResult& want, const std::string& label,
                  double l2_tolerance = kParamTolerance,
                  double element_tolerance = kElementTolerance) {
@@ -138,7 +101,7 @@ TEST_CASE("fsdp equivalence: the reduced gradients of a step equal one process's
       lc.training.ac_mode = l.ac;
       parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
       const ParallelFamilyModel run =
-          parallel_family_model(f, lc, parallel::DataParallelGroups::of(mesh), l.options);
+          parallel_family_model(f, lc, parallel::ParallelGroups::of(mesh), l.options);
       const auto& m = run.model;
       parallel::Fsdp& fsdp = *run.parallelized.fsdp();
       fsdp_backward(fsdp, *m, batches[size_t(mesh.dp_rank())], scale);

@@ -61,7 +61,7 @@ double check_family(const Family& f, const train::TrainConfig& c) {
     lc.training.ac_mode = l.ac;
     parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
     const ParallelFamilyModel run =
-        parallel_family_model(f, lc, parallel::DataParallelGroups::of(mesh), l.options);
+        parallel_family_model(f, lc, parallel::ParallelGroups::of(mesh), l.options);
     const auto& m = run.model;
     parallel::Fsdp& fsdp = *run.parallelized.fsdp();
     fsdp_backward(fsdp, *m, batches[size_t(mesh.dp_rank())], scale);

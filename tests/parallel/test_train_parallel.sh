@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `vlmtrain train` under mpirun equals one process (issue 13), through the real command: the
-# loader's share per rank, the global loss, FSDP / DDP / HSDP, the gathered checkpoint.
+# `vlmtrain train` under mpirun equals one process (issues 13, 35), through the real command: the
+# loader's share per rank, the global loss, FSDP / DDP / HSDP / TP / FSDP x TP, the gathered
+# checkpoint.
 #
 # The same global batch: a rank's loader with 1 reader worker reads what global worker `rank`
 # reads, so one process with W reader workers and W x k micro-steps of one row per step sees the
@@ -8,7 +9,8 @@
 # worker; the loader takes rows round robin over its workers).
 #
 # Checked: every step's loss (metrics.jsonl) to 1e-6 and every tensor of the final checkpoint to
-# 1e-5 (L2) and 1e-3 (element), as tests/parallel/test_fsdp_equivalence_mpi.cpp explains; for the text
+# 1e-5 (L2; TP: 5e-5) and 1e-3 (element), as tests/parallel/test_fsdp_equivalence_mpi.cpp and
+# test_tensor_parallel_mpi.cpp explain; for the text
 # demo (Qwen3) and the VLM demo (Qwen3-VL with images and packing).
 #   tests/parallel/test_train_parallel.sh <path to vlmtrain>
 set -euo pipefail
@@ -58,6 +60,21 @@ for demo in text vlm; do
     --set checkpoint.output_dir="$demo-hsdp-4" >"$demo-hsdp-4.log" 2>&1
   grep -q "dp_replicate 2 x dp_shard 2" "$demo-hsdp-4.log" || { cat "$demo-hsdp-4.log"; exit 1; }
   python3 "$root/tests/parallel/compare_runs.py" "$demo-hsdp-4" "$demo-one-4"
+  # Tensor parallelism (issue 35): TP 2 (one data-parallel rank) = one process with 1 worker x 2
+  # micro-steps; FSDP 2 x TP 2 = one process with 2 workers x 4 micro-steps (TP peers read the
+  # same rows).
+  "$bin" train "${args[@]}" --set data.num_workers=1 --set training.tpi_multiplier=2 \
+    --set checkpoint.output_dir="$demo-one-1" >"$demo-one-1.log" 2>&1
+  mpi 2 "$bin" train "${args[@]}" --set data.num_workers=1 --set training.tpi_multiplier=2 \
+    --set parallel.tp_size=2 --set checkpoint.output_dir="$demo-tp-2" >"$demo-tp-2.log" 2>&1
+  grep -q "dp_shard 1 x tp 2" "$demo-tp-2.log" || { cat "$demo-tp-2.log"; exit 1; }
+  # The parameters to TP's bound, not FSDP's (tests/parallel/test_tensor_parallel_mpi.cpp says why).
+  python3 "$root/tests/parallel/compare_runs.py" "$demo-tp-2" "$demo-one-1" --l2-tol 5e-5
+  mpi 4 "$bin" train "${args[@]}" --set data.num_workers=1 --set training.tpi_multiplier=2 \
+    --set parallel.tp_size=2 --set parallel.data_parallel=fsdp \
+    --set checkpoint.output_dir="$demo-fsdp-tp-4" >"$demo-fsdp-tp-4.log" 2>&1
+  grep -q "dp_shard 2 x tp 2" "$demo-fsdp-tp-4.log" || { cat "$demo-fsdp-tp-4.log"; exit 1; }
+  python3 "$root/tests/parallel/compare_runs.py" "$demo-fsdp-tp-4" "$demo-one-2" --l2-tol 5e-5
 done
 
 # Launch errors: a layout the job cannot have names the numbers.
@@ -67,4 +84,11 @@ if mpi 2 "$bin" train "${text[@]}" --set parallel.data_parallel=fsdp --set paral
   exit 1
 fi
 grep -q "does not divide the 2 data-parallel ranks" bad.log || { cat bad.log; exit 1; }
+# A split the model cannot take names the tensor and the numbers: 3 ranks share no head count.
+if mpi 3 "$bin" train "${text[@]}" --set parallel.tp_size=3 >bad_tp.log 2>&1; then
+  echo "FAIL: tp_size 3 was accepted"
+  exit 1
+fi
+grep -q "tensor parallel: model.embed_tokens.weight: 512 .* do not split over tp = 3" bad_tp.log ||
+  { cat bad_tp.log; exit 1; }
 echo "train parallel: OK"

@@ -110,8 +110,7 @@ TEST_CASE("step guard mpi: with clipping at every step, FSDP equals one process 
   for (const Layout& l : layouts(world)) {
     INFO(l.name);
     parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
-    const ParallelFamilyModel run =
-        parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh));
+    const ParallelFamilyModel run = parallel_family_model(f, c, parallel::ParallelGroups::of(mesh));
     const auto& m = run.model;
     parallel::Fsdp& fsdp = *run.parallelized.fsdp();
     train::TrainStepper stepper(c, m, run.step_parallel());
@@ -145,8 +144,7 @@ TEST_CASE("step guard mpi: a non-finite micro-batch on one rank skips the step o
   for (const Layout& l : layouts(world)) {
     INFO(l.name);
     parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
-    const ParallelFamilyModel run =
-        parallel_family_model(f, c, parallel::DataParallelGroups::of(mesh));
+    const ParallelFamilyModel run = parallel_family_model(f, c, parallel::ParallelGroups::of(mesh));
     const auto& m = run.model;
     parallel::Fsdp& fsdp = *run.parallelized.fsdp();
     train::TrainStepper stepper(c, m, run.step_parallel());

@@ -1,0 +1,113 @@
+#include "parallel/param_layout.h"
+
+#include <algorithm>
+
+#include "src/base/check.h"
+#include "src/core/ops/shape_ops.h"
+
+namespace vlm::parallel {
+
+namespace {
+
+std::vector<int64_t> zeros_like(const Shape& s) { return std::vector<int64_t>(s.size(), 0); }
+
+// The boxes of FSDP rows [row_begin, row_begin + rows) of the TP part under `p`.
+std::vector<ParamBox> boxes_of(const TpPlacement& p, const Shape& part_shape, int64_t row_begin,
+                               int64_t rows) {
+  std::vector<ParamBox> out;
+  if (rows <= 0) return out;
+  const Shape& full = p.global_shape;
+  if (!p.sharded() || p.dim > 0) {
+    // Rows map one to one; each TP range of dim d is a box (no TP: one box, every column).
+    const size_t d = size_t(std::max<int64_t>(p.dim, 0));
+    const auto ranges =
+        p.sharded() ? p.ranges : std::vector<std::pair<int64_t, int64_t>>{{0, part_shape[d]}};
+    int64_t local = 0;
+    for (const auto& [begin, length] : ranges) {
+      ParamBox b{zeros_like(full), zeros_like(full), part_shape};
+      b.global_offset[0] = row_begin;
+      b.shape[0] = rows;
+      if (p.sharded()) {
+        b.global_offset[d] = begin;
+        b.local_offset[d] = local;
+        b.shape[d] = length;
+      }
+      out.push_back(std::move(b));
+      local += length;
+    }
+    return out;
+  }
+  // TP on dim 0: the part's rows are the ranges one after another; cut the FSDP rows by them.
+  int64_t local = 0;
+  for (const auto& [begin, length] : p.ranges) {
+    const int64_t a = std::max(row_begin, local), e = std::min(row_begin + rows, local + length);
+    if (a < e) {
+      ParamBox b{zeros_like(full), zeros_like(full), part_shape};
+      b.global_offset[0] = begin + (a - local);
+      b.local_offset[0] = a - row_begin;
+      b.shape[0] = e - a;
+      out.push_back(std::move(b));
+    }
+    local += length;
+  }
+  return out;
+}
+
+} // namespace
+
+namespace {
+
+Tensor box_view(Tensor t, const std::vector<int64_t>& offset, const Shape& shape) {
+  for (size_t d = 0; d < shape.size(); d++)
+    t = slice(t, int64_t(d), offset[d], offset[d] + shape[d]);
+  return t;
+}
+
+} // namespace
+
+Tensor local_box(const Tensor& local, const ParamBox& box) {
+  return box_view(local, box.local_offset, box.shape);
+}
+
+Tensor global_box(const Tensor& whole, const ParamBox& box) {
+  return box_view(whole, box.global_offset, box.shape);
+}
+
+std::map<std::string, ParamLayout> param_layouts(const Fsdp* fsdp, const TensorParallel* tp) {
+  std::map<std::string, ParamLayout> out;
+  const std::map<std::string, ShardRows> shards =
+      fsdp ? fsdp->shard_rows() : std::map<std::string, ShardRows>{};
+  if (!tp) {
+    for (const auto& [name, r] : shards) {
+      TpPlacement whole;
+      whole.global_shape = r.full_shape;
+      out[name] = {r.full_shape, boxes_of(whole, r.full_shape, r.row_begin, r.rows), r.writes};
+    }
+    return out;
+  }
+  const int tp_rank = tp->group().rank();
+  for (const auto& [name, p] : tp->placements()) {
+    const auto shard = shards.find(name);
+    if (!p.sharded() && shard == shards.end()) continue; // whole and the same everywhere
+    const bool tp_writes = tp_rank % p.replicas == 0;    // consecutive ranks share a part
+    // The TP part's shape: the global one with the ranges' total on the split dim.
+    Shape part = p.global_shape;
+    if (p.sharded()) {
+      int64_t n = 0;
+      for (const auto& range : p.ranges) n += range.second;
+      part[size_t(p.dim)] = n;
+    }
+    VLM_CHECK(!part.empty(), "param_layouts: the 0-dim parameter ", name, " is split");
+    if (shard != shards.end()) {
+      const ShardRows& r = shard->second;
+      VLM_CHECK(r.full_shape == part, "param_layouts: FSDP's ", name, " is ",
+                shape_str(r.full_shape), ", its TP part ", shape_str(part));
+      out[name] = {p.global_shape, boxes_of(p, part, r.row_begin, r.rows), r.writes && tp_writes};
+    } else {
+      out[name] = {p.global_shape, boxes_of(p, part, 0, part[0]), tp_writes};
+    }
+  }
+  return out;
+}
+
+} // namespace vlm::parallel

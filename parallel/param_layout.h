@@ -1,0 +1,45 @@
+// Where a rank's part of each parameter sits in the global tensor, with tensor parallelism and
+// FSDP composed (DESIGN.md §7: a checkpoint holds every global tensor whole; each rank writes and
+// reads its own boxes of it, so a state saved on any (dp_replicate, dp_shard, tp) layout loads
+// into any other). TP splits a dimension into ranges (parallel/tensor_parallel.h: rows of q/k/v,
+// columns of o_proj, row segments of GDN's fused in_proj_qkv); FSDP then shards the rank's TP
+// part by dim-0 rows (parallel/fsdp.h ShardRows). A rank's part is a few boxes:
+//   * TP on dim 0: the FSDP rows cut by the TP ranges, one box per range they meet;
+//   * TP on dim d > 0: the FSDP rows × each TP range on dim d;
+//   * no TP: the FSDP rows.
+// Each box maps a region of the rank's local tensor (the FSDP shard leaf, or the TP part) to the
+// global tensor; replicas (HSDP / DDP copies, TP-replicated weights, KV heads shared by several
+// TP ranks) hold the same boxes, and only the first of them writes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/fsdp.h"
+#include "parallel/tensor_parallel.h"
+
+namespace vlm::parallel {
+
+struct ParamBox {
+  std::vector<int64_t> global_offset; // in the global tensor
+  std::vector<int64_t> local_offset;  // in the rank's tensor
+  Shape shape;
+};
+
+struct ParamLayout {
+  Shape full_shape;
+  std::vector<ParamBox> boxes;
+  bool writes = true; // this rank saves its boxes (false on every replica but the first)
+};
+
+// Views of a box: in the rank's tensor, and in the global tensor.
+Tensor local_box(const Tensor& local, const ParamBox& box);
+Tensor global_box(const Tensor& whole, const ParamBox& box);
+
+// Every parameter that is not whole on this rank (FSDP-sharded or TP-split), by name; either may
+// be null. TP-replicated parameters that FSDP shards are listed too (only TP rank 0 writes them).
+std::map<std::string, ParamLayout> param_layouts(const Fsdp* fsdp, const TensorParallel* tp);
+
+} // namespace vlm::parallel

@@ -1,0 +1,243 @@
+#include "parallel/tensor_parallel.h"
+
+#include "parallel/tensor_parallel_ops.h"
+#include "parallel/vocab_parallel.h"
+#include "src/base/check.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/elementwise.h"
+#include "src/core/ops/matmul.h"
+#include "src/core/ops/shape_ops.h"
+#include "src/nn/embedding.h"
+#include "src/nn/linear.h"
+
+namespace vlm::parallel {
+
+namespace {} // namespace
+
+// What the wrappers share. The input of the parallel region is entered once per input tensor:
+// the projections that read the same tensor (q, k, v; gate, up; GDN's four) share one
+// copy_to_tp, so backward sums their input gradients first and all-reduces once. A row-parallel
+// projection (the region's end) forgets it, so nothing outlives the block. While the model is
+// gathered the wrappers run the plain layers.
+struct TensorParallel::State {
+  Tensor in, out;
+  bool gathered = false;
+  Tensor enter(const Tensor& x, ProcessGroup& tp) {
+    if (!in.defined() || !in.same(x)) {
+      in = x;
+      out = copy_to_tp(x, tp);
+    }
+    return out;
+  }
+  void leave() { in = out = Tensor(); }
+};
+
+namespace {
+
+// Rank r's ranges of `segments` and their replica count (see the header).
+TpPlacement split_placement(const std::string& name, const Shape& shape, int64_t dim,
+                            const std::vector<TpSegment>& segments, int64_t tp, int64_t r) {
+  VLM_CHECK(dim >= 0 && dim < int64_t(shape.size()), "tensor parallel: ", name, " of shape ",
+            shape_str(shape), " has no dim ", dim);
+  TpPlacement p;
+  p.global_shape = shape;
+  p.dim = dim;
+  int64_t offset = 0, replicas = -1;
+  for (const TpSegment& s : segments) {
+    VLM_CHECK(s.parts > 0 && s.size > 0 && s.size % s.parts == 0, "tensor parallel: ", name,
+              ": a segment of ", s.size, " rows cannot hold ", s.parts, " equal parts");
+    const int64_t unit = s.size / s.parts;
+    int64_t seg_replicas = 1;
+    if (s.parts >= tp) {
+      VLM_CHECK(s.parts % tp == 0, "tensor parallel: ", name, ": ", s.parts,
+                " heads (or rows) do not split over tp = ", tp, " ranks");
+      const int64_t per = s.parts / tp;
+      p.ranges.emplace_back(offset + r * per * unit, per * unit);
+    } else {
+      VLM_CHECK(tp % s.parts == 0, "tensor parallel: ", name, ": ", s.parts,
+                " heads cannot be shared evenly by tp = ", tp, " ranks");
+      seg_replicas = tp / s.parts;
+      p.ranges.emplace_back(offset + (r / seg_replicas) * unit, unit);
+    }
+    VLM_CHECK(replicas < 0 || replicas == seg_replicas, "tensor parallel: ", name,
+              ": its segments would be replicated over different numbers of ranks (",
+              shape_str(shape), ", tp = ", tp,
+              "); a Gated DeltaNet needs its key heads divisible "
+              "by tp");
+    replicas = seg_replicas;
+    offset += s.size;
+  }
+  VLM_CHECK(offset == shape[size_t(dim)], "tensor parallel: ", name, ": the plan's segments cover ",
+            offset, " of dim ", dim, " of ", shape_str(shape));
+  p.replicas = replicas;
+  return p;
+}
+
+} // namespace
+
+TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp)
+    : root_(&root), tp_(&tp) {
+  const int64_t T = tp.size(), r = tp.rank();
+  for (const auto& p : root.named_parameters())
+    placements_[p.name] = {p.tensor.shape(), -1, {{0, 0}}, T, false};
+
+  auto split = [&](const std::string& name, int64_t dim, const std::vector<TpSegment>& segments) {
+    auto it = placements_.find(name);
+    VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
+              ", which the model does not have");
+    VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name, " is split twice by the plan");
+    const Tensor full = root.find_parameter(name);
+    TpPlacement placement = split_placement(name, full.shape(), dim, segments, T, r);
+    Tensor local;
+    {
+      NoGradGuard no_grad;
+      std::vector<Tensor> pieces;
+      for (const auto& [begin, length] : placement.ranges)
+        pieces.push_back(slice(full, dim, begin, begin + length));
+      local = (pieces.size() == 1 ? copy(pieces[0]) : concat(pieces, dim)).detach();
+    }
+    local.set_requires_grad(full.requires_grad());
+    if (full.grad_dtype() != full.dtype()) local.set_grad_dtype(full.grad_dtype());
+    root.replace_parameter(name, local);
+    it->second = std::move(placement);
+  };
+
+  state_ = std::make_shared<State>();
+  const std::shared_ptr<State> state = state_;
+  ProcessGroup* group = &tp;
+  for (const TpPlan::Module& m : plan.modules) {
+    nn::Module& module = root.find_module(m.path);
+    const std::string prefix = m.path.empty() ? "" : m.path + ".";
+    if (m.style == TpStyle::vocab) {
+      auto* emb = dynamic_cast<nn::Embedding*>(&module);
+      VLM_CHECK(emb, "tensor parallel: ", m.path, " is a ", module.type_name(),
+                ", not an Embedding");
+      const int64_t V = emb->weight().size(0);
+      split(prefix + "weight", 0, {{V, V}});
+      const int64_t begin = r * (V / T);
+      wrappers_.emplace_back(emb, emb->add_forward_wrapper([emb, group, begin, state](
+                                                               const nn::Module::Forward& forward,
+                                                               const std::vector<Tensor>& in) {
+        if (state->gathered) return forward(in);
+        return std::vector{vocab_parallel_embedding(emb->weight(), in[0], begin, *group)};
+      }));
+      continue;
+    }
+    auto* lin = dynamic_cast<nn::Linear*>(&module);
+    VLM_CHECK(lin, "tensor parallel: ", m.path, " is a ", module.type_name(), ", not a Linear");
+    if (m.style == TpStyle::colwise) {
+      split(prefix + "weight", 0, m.segments);
+      if (lin->bias().defined()) split(prefix + "bias", 0, m.segments);
+      wrappers_.emplace_back(
+          lin, lin->add_forward_wrapper([state, group](const nn::Module::Forward& forward,
+                                                       const std::vector<Tensor>& in) {
+            if (state->gathered) return forward(in);
+            return forward({state->enter(in[0], *group)});
+          }));
+    } else {
+      split(prefix + "weight", 1, m.segments);
+      // Each rank's product is a partial sum; the (replicated) bias is added once, after the sum.
+      wrappers_.emplace_back(
+          lin, lin->add_forward_wrapper([state, group, lin](const nn::Module::Forward& forward,
+                                                            const std::vector<Tensor>& in) {
+            if (state->gathered) return forward(in);
+            state->leave();
+            Tensor y = reduce_from_tp(linear(in[0], lin->weight()), *group);
+            if (lin->bias().defined()) y = add(y, lin->bias());
+            return std::vector{y};
+          }));
+    }
+  }
+  for (const TpPlan::Param& p : plan.params) split(p.name, p.dim, p.segments);
+  if (!plan.head.empty()) {
+    const auto it = placements_.find(plan.head);
+    VLM_CHECK(it != placements_.end(), "tensor parallel: the plan's head ", plan.head,
+              " is not a parameter of the model");
+    if (!it->second.sharded()) { // untied (a tied head is the embedding, split above)
+      const int64_t V = it->second.global_shape[0];
+      split(plan.head, 0, {{V, V}});
+    }
+    VLM_CHECK(it->second.ranges.size() == 1 && it->second.replicas == 1,
+              "tensor parallel: ", plan.head, ": the head's vocabulary must split evenly");
+    vocab_parallel_head_ = true;
+  }
+  for (const std::string& name : plan.partial_grads) {
+    auto it = placements_.find(name);
+    VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
+              ", which the model does not have");
+    VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name,
+              " is split; only replicated weights have partial gradients");
+    it->second.partial_grad = true;
+  }
+  for (const auto& [name, p] : placements_)
+    if (p.sharded() && p.replicas > 1) replica_group(p.replicas);
+}
+
+TensorParallel::~TensorParallel() {
+  for (auto it = wrappers_.rbegin(); it != wrappers_.rend(); ++it)
+    it->first->remove_forward_hook(it->second);
+}
+
+const TpPlacement& TensorParallel::placement(const std::string& name) const {
+  const auto it = placements_.find(name);
+  VLM_CHECK(it != placements_.end(), "tensor parallel: no parameter ", name);
+  return it->second;
+}
+
+ProcessGroup& TensorParallel::replica_group(int64_t replicas) {
+  auto& g = replica_groups_[replicas];
+  if (!g) // consecutive ranks share a unit (split_placement)
+    g = tp_->split(int(tp_->rank() / replicas), tp_->rank(),
+                   "tp_replicas_" + std::to_string(replicas));
+  return *g;
+}
+
+bool TensorParallel::gathered() const { return state_->gathered; }
+
+void TensorParallel::gather_all() {
+  VLM_CHECK(!state_->gathered, "tensor parallel: gather_all() twice");
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : placements_) {
+    if (!p.sharded()) continue;
+    const Tensor part = root_->find_parameter(name);
+    // Each part in its place, from the first of its replicas only, zeros elsewhere: the sum over
+    // the group is the whole tensor, bit for bit.
+    Tensor whole = Tensor::zeros(p.global_shape, part.dtype(), part.device());
+    if (tp_->rank() % p.replicas == 0) {
+      int64_t local = 0;
+      for (const auto& [begin, length] : p.ranges) {
+        Tensor dst = slice(whole, p.dim, begin, begin + length);
+        copy_(dst, slice(part.detach(), p.dim, local, local + length));
+        local += length;
+      }
+    }
+    tp_->all_reduce(whole);
+    whole.set_requires_grad(part.requires_grad());
+    parts_[name] = part;
+    root_->replace_parameter(name, whole);
+  }
+  state_->gathered = true;
+}
+
+void TensorParallel::split_all() {
+  VLM_CHECK(state_->gathered, "tensor parallel: split_all() without gather_all()");
+  for (const auto& [name, part] : parts_) root_->replace_parameter(name, part);
+  parts_.clear();
+  state_->gathered = false;
+}
+
+void TensorParallel::reduce_grads(const nn::Module& root) const {
+  for (const auto& [name, p] : placements_) {
+    ProcessGroup* group = nullptr;
+    if (p.partial_grad)
+      group = tp_;
+    else if (p.sharded() && p.replicas > 1)
+      group = replica_groups_.at(p.replicas).get();
+    if (!group) continue;
+    const Tensor param = root.find_parameter(name);
+    if (!param.requires_grad() || !param.grad().defined()) continue;
+    group->all_reduce(param.grad());
+  }
+}
+
+} // namespace vlm::parallel
