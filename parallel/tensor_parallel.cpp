@@ -12,8 +12,6 @@
 
 namespace vlm::parallel {
 
-namespace {} // namespace
-
 // What the wrappers share. The input of the parallel region is entered once per input tensor:
 // the projections that read the same tensor (q, k, v; gate, up; GDN's four) share one
 // copy_to_tp, so backward sums their input gradients first and all-reduces once. A row-parallel
@@ -62,8 +60,7 @@ TpPlacement split_placement(const std::string& name, const Shape& shape, int64_t
     VLM_CHECK(replicas < 0 || replicas == seg_replicas, "tensor parallel: ", name,
               ": its segments would be replicated over different numbers of ranks (",
               shape_str(shape), ", tp = ", tp,
-              "); a Gated DeltaNet needs its key heads divisible "
-              "by tp");
+              "); a Gated DeltaNet needs its key heads divisible by tp");
     replicas = seg_replicas;
     offset += s.size;
   }
@@ -79,7 +76,7 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
     : root_(&root), tp_(&tp) {
   const int64_t T = tp.size(), r = tp.rank();
   for (const auto& p : root.named_parameters())
-    placements_[p.name] = {p.tensor.shape(), -1, {{0, 0}}, T, false};
+    placements_[p.name] = {p.tensor.shape(), -1, {}, T, false};
 
   auto split = [&](const std::string& name, int64_t dim, const std::vector<TpSegment>& segments) {
     auto it = placements_.find(name);

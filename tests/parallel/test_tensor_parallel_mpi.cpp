@@ -1,8 +1,8 @@
 // Tensor parallelism equals one process (issue 35), under `mpirun -np 2 | 4`: every family (tied
 // and untied heads; Qwen3-VL with images and packing; the hybrid Qwen3.5), split by its plan
 // (model/text/text_tp_plan.h) over TP 2, TP 4 — more ranks than the tiny models' 2 KV heads, so
-// KV heads are shared — and FSDP 2 x TP 2, with gradient accumulation 2 and activation
-// checkpointing:
+// KV heads are shared — FSDP 2 x TP 2 and DDP 2 x TP 2, with gradient accumulation 2 and
+// activation checkpointing:
 //   * one step's gradients: each rank's part of every gradient (after the partial sums over the
 //     group) equals the same part of one process's, element by element (max-norm relative):
 //     in f64 to 1e-10 (measured: <= 2e-14 — the same arithmetic up to rounding); in f32 to 1e-4
@@ -53,7 +53,9 @@ std::vector<TpLayout> tp_layouts(int world) {
   if (world == 2)
     return {{"TP 2", {1, 1, 2}}, {"TP 2, selective AC", {1, 1, 2}, parallel::AcMode::selective}};
   if (world == 4)
-    return {{"TP 4", {1, 1, 4}}, {"FSDP 2 x TP 2, full AC", {1, 2, 2}, parallel::AcMode::full}};
+    return {{"TP 4", {1, 1, 4}},
+            {"FSDP 2 x TP 2, full AC", {1, 2, 2}, parallel::AcMode::full},
+            {"DDP 2 x TP 2", {2, 1, 2}}};
   return {};
 }
 
