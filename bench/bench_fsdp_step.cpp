@@ -1,9 +1,11 @@
-// One data-parallel training step of a random-init Qwen3 under mpirun, split into compute and
-// exposed communication (issue 13):
+// One data-parallel (and tensor-parallel) training step of a random-init Qwen3 under mpirun,
+// split into compute and exposed communication (issues 13, 35):
 //
 //   mpirun -np N bench/bench_fsdp_step [options]   (--help lists them with their defaults: the
 //       model's sizes, S = --seq tokens per rank, K = --steps timed steps after --warmup ones,
-//       --dtype f32|bf16, --device cpu|cuda, --layout fsdp|ddp|hsdp, --reshard 0|1, --prefetch 0|1)
+//       --dtype f32|bf16, --device cpu|cuda, --layout fsdp|ddp|hsdp, --reshard 0|1, --prefetch 0|1,
+//       --tp T: a mesh of N / T data-parallel x T tensor-parallel ranks, tp innermost, --layout
+//       applying to the data-parallel part)
 //
 // Three timings, each the median over K steps (the higher middle one of an even K) of the slowest
 // rank (the first two interleaved step by step, so that drift in the machine's speed affects both
@@ -18,12 +20,19 @@
 // exposed communication = step - compute (what the step waits for), overlap = 1 - exposed / comm
 // (the share of the communication hidden behind compute; 0 when every collective blocks the
 // host, as MPI's do on CPU: nonblocking MPI collectives progress only inside MPI calls). Rank 0
-// prints a table and one JSON line. Each rank trains on its own packed row of S tokens (4
-// documents, random ids seeded by its rank); the step is bench_step_setup.h's at lr 1e-4.
+// prints a table and one JSON line. Each data-parallel rank trains on its own packed row of S
+// tokens (4 documents, random ids seeded by its data-parallel rank; tensor-parallel peers share
+// it); the step is bench_step_setup.h's at lr 1e-4.
+//
+// With --tp T > 1 the step's collectives are also split by group (the tensor-parallel group and
+// its sub-groups vs the data-parallel ones), and the TP bytes one rank moves per step are checked
+// against the count derived from the model (analytic_tp_traffic): the benchmark fails (exit 1)
+// when they differ by more than 5%, so a collective added to or lost from the TP path shows here.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -56,7 +65,7 @@ namespace {
 
 struct Options {
   bench::ModelSize size{256, 4, 4, 2, 64, 768, 8192};
-  int64_t seq = 512, steps = 6, warmup = 2, reshard = 1, prefetch = 1;
+  int64_t seq = 512, steps = 6, warmup = 2, reshard = 1, prefetch = 1, tp = 1;
   std::string dtype = "f32", device = "cpu", layout = "fsdp";
 };
 
@@ -77,6 +86,8 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({0, 1}));
   app.add_option("--prefetch", o.prefetch, "1: gather the next block's parameters ahead")
       ->check(CLI::IsMember({0, 1}));
+  app.add_option("--tp", o.tp, "tensor-parallel ranks (innermost; must divide the ranks)")
+      ->check(cli::at_least(1));
 }
 
 // One collective as a step issued it.
@@ -85,26 +96,38 @@ struct Recorded {
   ProcessGroup* group;
   int64_t numel; // of the larger tensor
   DType dtype;
+  bool tp; // over the tensor-parallel group or one of its sub-groups
+  int64_t bytes() const { return numel * int64_t(dtype_size(dtype)); }
 };
 
-// Forwards every collective to `inner` and records it (the comm replay).
+// What the recording groups of a real run saw: the collectives in order, and the sub-groups split
+// off them (TensorParallel's replica groups when tp exceeds the KV heads), owned here so that the
+// replay can still use them after the run is gone.
+struct Recording {
+  std::vector<Recorded> calls;
+  std::vector<std::unique_ptr<ProcessGroup>> subgroups;
+};
+
+// Forwards every collective to `inner` and records it (the comm replay). `tp`: the tensor-parallel
+// group (and, through split(), its sub-groups).
 class RecordingGroup final : public ProcessGroup {
 public:
-  RecordingGroup(ProcessGroup& inner, std::vector<Recorded>& log) : inner_(inner), log_(log) {}
+  RecordingGroup(ProcessGroup& inner, Recording& log, bool tp)
+      : inner_(inner), log_(log), tp_(tp) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string name() const override { return inner_.name(); }
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
-    log_.push_back({Recorded::all_reduce, &inner_, t.numel(), t.dtype()});
+    log_.calls.push_back({Recorded::all_reduce, &inner_, t.numel(), t.dtype(), tp_});
     return inner_.all_reduce_async(t, op);
   }
   std::unique_ptr<Work> all_gather_async(const Tensor& out, const Tensor& in) override {
-    log_.push_back({Recorded::all_gather, &inner_, out.numel(), out.dtype()});
+    log_.calls.push_back({Recorded::all_gather, &inner_, out.numel(), out.dtype(), tp_});
     return inner_.all_gather_async(out, in);
   }
   std::unique_ptr<Work> reduce_scatter_async(const Tensor& out, const Tensor& in,
                                              ReduceOp op) override {
-    log_.push_back({Recorded::reduce_scatter, &inner_, in.numel(), in.dtype()});
+    log_.calls.push_back({Recorded::reduce_scatter, &inner_, in.numel(), in.dtype(), tp_});
     return inner_.reduce_scatter_async(out, in, op);
   }
   void all_reduce(const Tensor& t, ReduceOp op) override { all_reduce_async(t, op)->wait(); }
@@ -116,18 +139,60 @@ public:
   }
   void broadcast(const Tensor& t, int root) override { inner_.broadcast(t, root); }
   void barrier() override { inner_.barrier(); }
-  std::unique_ptr<ProcessGroup> split(int, int, const std::string&) const override {
-    VLM_FAIL("RecordingGroup::split");
+  // The real sub-group (collective over inner's ranks), kept by the recording, recorded too.
+  std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) const override {
+    log_.subgroups.push_back(inner_.split(color, key, name));
+    return std::make_unique<RecordingGroup>(*log_.subgroups.back(), log_, tp_);
   }
 
 private:
   ProcessGroup& inner_;
-  std::vector<Recorded>& log_;
+  Recording& log_;
+  bool tp_;
 };
 
-// The seq-token row of this rank: 4 documents of random ids.
-model::Batch make_batch(const Options& o, int rank) {
-  Rng rng(uint64_t(rank) + 1);
+// The compute-only run's stand-in for a real group: LocalProcessGroup's collectives (the same
+// buffers and copies, no communication). split() splits the real group (at set-up, untimed: every
+// rank of it builds its compute-only run at the same point) and stands in for that sub-group, of
+// its size and rank, which a LocalProcessGroup, with no peers to agree with, cannot know.
+class StandInGroup final : public ProcessGroup {
+public:
+  explicit StandInGroup(const ProcessGroup& real) : real_(real), local_(real.rank(), real.size()) {}
+  explicit StandInGroup(std::unique_ptr<ProcessGroup> real)
+      : owned_(std::move(real)), real_(*owned_), local_(real_.rank(), real_.size()) {}
+  int rank() const override { return local_.rank(); }
+  int size() const override { return local_.size(); }
+  std::string name() const override { return local_.name(); }
+  std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
+    return local_.all_reduce_async(t, op);
+  }
+  std::unique_ptr<Work> all_gather_async(const Tensor& out, const Tensor& in) override {
+    return local_.all_gather_async(out, in);
+  }
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& out, const Tensor& in,
+                                             ReduceOp op) override {
+    return local_.reduce_scatter_async(out, in, op);
+  }
+  void all_reduce(const Tensor& t, ReduceOp op) override { local_.all_reduce(t, op); }
+  void all_gather(const Tensor& out, const Tensor& in) override { local_.all_gather(out, in); }
+  void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
+    local_.reduce_scatter(out, in, op);
+  }
+  void broadcast(const Tensor& t, int root) override { local_.broadcast(t, root); }
+  void barrier() override { local_.barrier(); }
+  std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) const override {
+    return std::make_unique<StandInGroup>(real_.split(color, key, name));
+  }
+
+private:
+  std::unique_ptr<ProcessGroup> owned_; // the real sub-group this one stands in for, if split
+  const ProcessGroup& real_;
+  parallel::LocalProcessGroup local_;
+};
+
+// The seq-token row of a data-parallel rank: 4 documents of random ids.
+model::Batch make_batch(const Options& o, int dp_rank) {
+  Rng rng(uint64_t(dp_rank) + 1);
   return bench::packed_batch(o.seq, 4, [&] { return rng.randint(0, o.size.vocab); });
 }
 
@@ -156,23 +221,28 @@ struct RunSpec {
   parallel::FsdpOptions fsdp;
   Device device;
 
-  Run make(ProcessGroup& shard, ProcessGroup* replicate, ProcessGroup& dp) const {
+  // `tp`: null without tensor parallelism.
+  Run make(ProcessGroup& shard, ProcessGroup* replicate, ProcessGroup& dp, ProcessGroup* tp) const {
     Run r;
     r.model = model::build_model(model_config, "bench_fsdp_step", dtype);
     Rng rng(0);
     r.model->init_weights(rng);
-    r.parallelized = parallel::parallelize(*r.model, r.model->blocks(), {&shard, replicate, &dp},
-                                           {parallel::AcMode::off, fsdp}, device);
+    parallel::ParallelizeOptions options{parallel::AcMode::off, fsdp};
+    if (tp) options.tp_plan = model::tp_plan(*r.model);
+    r.parallelized = parallel::parallelize(*r.model, r.model->blocks(),
+                                           {&shard, replicate, &dp, tp}, options, device);
     r.stepper = std::make_unique<train::TrainStepper>(config, r.model,
                                                       train::StepParallel::of(r.parallelized));
     return r;
   }
 };
 
-// The timed steps of the real and the compute-only runs, and the collectives of a real step.
+// The timed steps of the real and the compute-only runs, and the collectives of a real step (with
+// the recording that owns the sub-groups some of them ran on).
 struct StepAndCompute {
   std::vector<double> step_s, compute_s;
   std::vector<Recorded> one_step;
+  Recording recording;
 };
 
 // 1. the real step (its collectives recorded) and 2. compute alone (stand-in groups of the same
@@ -180,17 +250,20 @@ struct StepAndCompute {
 // speed affects both alike.
 StepAndCompute time_step_and_compute(const Options& o, const parallel::DeviceMesh& mesh,
                                      const RunSpec& spec, const std::vector<model::Batch>& batch) {
-  std::vector<Recorded> log;
-  RecordingGroup rec_shard(mesh.dp_shard(), log), rec_rep(mesh.dp_replicate(), log);
+  StepAndCompute t; // first: the runs' recording groups refer to its recording
+  Recording& log = t.recording;
+  RecordingGroup rec_shard(mesh.dp_shard(), log, false), rec_rep(mesh.dp_replicate(), log, false);
+  RecordingGroup rec_tp(mesh.tp(), log, true);
   parallel::LocalProcessGroup local_shard(mesh.dp_shard().rank(), mesh.dp_shard().size());
   parallel::LocalProcessGroup local_rep(mesh.dp_replicate().rank(), mesh.dp_replicate().size());
-  Run real = spec.make(rec_shard, &rec_rep, mesh.dp());
-  Run alone = spec.make(local_shard, &local_rep, mesh.dp());
-  StepAndCompute t;
+  StandInGroup local_tp(mesh.tp());
+  const bool tp = mesh.shape().tp > 1;
+  Run real = spec.make(rec_shard, &rec_rep, mesh.dp(), tp ? &rec_tp : nullptr);
+  Run alone = spec.make(local_shard, &local_rep, mesh.dp(), tp ? &local_tp : nullptr);
   for (int64_t s = 0; s < o.warmup + o.steps; s++) {
-    log.clear();
+    log.calls.clear();
     const double t_real = timed(mesh.world(), spec.device, [&] { real.stepper->step(s, batch); });
-    t.one_step = log;
+    t.one_step = log.calls;
     const double t_alone = timed(mesh.world(), spec.device, [&] { alone.stepper->step(s, batch); });
     if (s >= o.warmup) t.step_s.push_back(t_real), t.compute_s.push_back(t_alone);
   }
@@ -226,15 +299,76 @@ double time_comm(const Options& o, ProcessGroup& world, Device device,
   return bench::upper_median(comm_s);
 }
 
+// The collectives one rank runs per step over the tensor-parallel group (and its sub-groups),
+// counted from the model: Qwen3 with L layers, T = --seq tokens per rank, H hidden, D head dim,
+// Hkv KV heads, activations of s bytes (the parameter dtype), one micro-batch, no sequence
+// parallelism, no activation checkpointing (nothing recomputed), FSDP over dp_shard = S ranks
+// (the bench always shards, S = 1 included: gradients live in FSDP's f32 flat buffers):
+//   forward   2L all-reduces of [T, H] (reduce_from_tp after o_proj and down_proj) and 1 for the
+//             vocabulary-parallel embedding's partial lookups:   (2L + 1) T H s
+//   backward  2L all-reduces of [T, H] (copy_to_tp at the attention input, q/k/v sharing one
+//             entry, and at the MLP input, gate/up sharing one):    2L T H s
+//   loss      vocab_parallel_cross_entropy in f32 (its accumulation dtype for f32 and bf16): the
+//             row max [T] (4T), [rescaled sum-exp; target logit] [2, T] (8T), and in backward dx
+//             [T, H] summed over the ranks' vocabulary parts (4 T H)
+//   after     reduce_grads: q_norm and k_norm's partial gradients, each rank's FSDP shard of
+//   backward  ceil(D / S) rows in f32: 2L x 4 ceil(D / S); with tp > Hkv the KV heads are
+//             replicated over tp / Hkv ranks and the k_proj / v_proj gradient shards
+//             ([ceil(D / S), H] f32, one head per rank) are summed over those replicas:
+//             2L x 4 ceil(D / S) H
+//   norm      the squared gradient norm summed over tp: one f64 scalar, 8
+// The TP bytes per rank and step are the sum; the count of collectives is (6L + 5), 8L + 5 with
+// replicated KV heads.
+struct TpTraffic {
+  int64_t collectives = 0, bytes = 0;
+};
+
+TpTraffic analytic_tp_traffic(const Options& o, DType dtype, const parallel::MeshShape& shape) {
+  const int64_t L = o.size.layers, T = o.seq, H = o.size.hidden, D = o.size.head_dim;
+  const int64_t s = int64_t(dtype_size(dtype)), f32 = 4, f64 = 8;
+  const int64_t d_shard = (D + shape.dp_shard - 1) / shape.dp_shard;
+  TpTraffic a;
+  a.collectives = (2 * L + 1) + 2 * L + 3 + 2 * L + 1;
+  a.bytes = (2 * L + 1) * T * H * s + 2 * L * T * H * s;
+  a.bytes += f32 * T + f32 * 2 * T + f32 * T * H;
+  a.bytes += 2 * L * f32 * d_shard + f64;
+  if (shape.tp > o.size.kv_heads) {
+    a.collectives += 2 * L;
+    a.bytes += 2 * L * f32 * d_shard * H;
+  }
+  return a;
+}
+
+// One side's share of the step's collectives.
+struct Traffic {
+  size_t collectives = 0;
+  int64_t bytes = 0;
+};
+
+Traffic traffic(const std::vector<Recorded>& one_step, bool tp) {
+  Traffic t;
+  for (const Recorded& r : one_step)
+    if (r.tp == tp) t.collectives++, t.bytes += r.bytes();
+  return t;
+}
+
+// Recorded TP bytes over the analytic count.
+double tp_bytes_ratio(const std::vector<Recorded>& one_step, const TpTraffic& analytic) {
+  return double(traffic(one_step, true).bytes) / double(analytic.bytes);
+}
+
 // Rank 0's table and JSON line.
 void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, double step,
-            double compute, double comm, const std::vector<Recorded>& one_step) {
+            double compute, double comm, const std::vector<Recorded>& one_step,
+            const TpTraffic& analytic) {
   // Below 0 (compute measured slower than the whole step) is the noise of the measurement.
   const double exposed = std::max(0.0, step - compute);
   const double overlap = comm > 0 ? std::clamp(1.0 - exposed / comm, 0.0, 1.0) : 0.0;
   int64_t bytes = 0;
-  for (const Recorded& r : one_step) bytes += r.numel * int64_t(dtype_size(r.dtype));
+  for (const Recorded& r : one_step) bytes += r.bytes();
   const int n = mesh.world().size();
+  const Traffic tp = traffic(one_step, true), dp = traffic(one_step, false);
+  const bool tensor_parallel = mesh.shape().tp > 1;
   std::printf("fsdp step, %d ranks (%s), Qwen3 hidden %lld x %lld layers, vocab %lld, %lld "
               "tokens per rank, %s on %s, %d threads\n",
               n, mesh.shape().str().c_str(), (long long)o.size.hidden, (long long)o.size.layers,
@@ -245,6 +379,13 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
               step * 1e3, compute * 1e3, exposed * 1e3,
               step < compute ? " (compute measured above the step: noise)" : "", one_step.size(),
               double(bytes) / double(1 << 20), comm * 1e3, overlap * 100);
+  if (tensor_parallel)
+    std::printf("  per rank: tensor parallel %zu collectives, %lld bytes (analytic %lld collectives, "
+                "%lld bytes: recorded / analytic %.4f); data parallel %zu collectives, %lld "
+                "bytes\n",
+                tp.collectives, (long long)tp.bytes, (long long)analytic.collectives,
+                (long long)analytic.bytes, tp_bytes_ratio(one_step, analytic), dp.collectives,
+                (long long)dp.bytes);
   nlohmann::ordered_json j;
   j["ranks"] = n;
   j["layout"] = mesh.shape().str();
@@ -257,15 +398,27 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
   j["overlap"] = overlap;
   j["collectives"] = one_step.size();
   j["comm_bytes"] = bytes;
+  if (tensor_parallel) { // only then, so that a data-parallel run's line stays as it was
+    j["tp"] = mesh.shape().tp;
+    j["tp_collectives"] = tp.collectives;
+    j["tp_bytes"] = tp.bytes;
+    j["tp_bytes_analytic"] = analytic.bytes;
+    j["tp_bytes_ratio"] = tp_bytes_ratio(one_step, analytic);
+    j["dp_collectives"] = dp.collectives;
+    j["dp_bytes"] = dp.bytes;
+  }
   std::printf("%s\n", j.dump().c_str());
 }
 
 int run(const Options& o) {
   const parallel::MpiWorld& w = parallel::require_mpi();
   const int n = w.size;
-  const int64_t replicas = o.layout == "ddp" ? n : o.layout == "hsdp" ? 2 : 1;
-  VLM_CHECK(n % replicas == 0, "bench_fsdp_step: --layout hsdp needs an even number of ranks");
-  parallel::DeviceMesh mesh(parallel::world_group(), {replicas, n / replicas, 1});
+  VLM_CHECK(n % o.tp == 0, "bench_fsdp_step: --tp ", o.tp, " does not divide the ", n, " ranks");
+  const int64_t dp = n / o.tp;
+  const int64_t replicas = o.layout == "ddp" ? dp : o.layout == "hsdp" ? 2 : 1;
+  VLM_CHECK(dp % replicas == 0, "bench_fsdp_step: --layout hsdp needs an even number of ",
+            o.tp > 1 ? "data-parallel ranks (ranks / --tp = " + std::to_string(dp) + ")" : "ranks");
+  parallel::DeviceMesh mesh(parallel::world_group(), {replicas, dp / replicas, o.tp});
   const Device device =
       o.device == "cuda"
           ? parse_device("cuda:" + std::to_string(w.local_rank % std::max(1, cuda_device_count())))
@@ -277,20 +430,30 @@ int run(const Options& o) {
                bench::step_config(dtype, 1000, 1e-4), parallel::FsdpOptions{}, device};
   spec.fsdp.reshard_after_forward = o.reshard != 0;
   spec.fsdp.prefetch = o.prefetch != 0;
-  const std::vector<model::Batch> batch{model::to_device(make_batch(o, w.rank), device)};
+  const std::vector<model::Batch> batch{model::to_device(make_batch(o, mesh.dp_rank()), device)};
 
   const StepAndCompute t = time_step_and_compute(o, mesh, spec, batch);
   const double step = bench::upper_median(t.step_s), compute = bench::upper_median(t.compute_s);
   const double comm = time_comm(o, mesh.world(), device, t.one_step);
-  if (w.rank == 0) report(o, mesh, device, step, compute, comm, t.one_step);
+  const TpTraffic analytic = analytic_tp_traffic(o, dtype, mesh.shape());
+  if (w.rank == 0) report(o, mesh, device, step, compute, comm, t.one_step, analytic);
+  // Every rank records the same collectives, so every rank reaches the same verdict.
+  if (mesh.shape().tp > 1 && std::abs(tp_bytes_ratio(t.one_step, analytic) - 1.0) > 0.05) {
+    if (w.rank == 0)
+      std::fprintf(stderr,
+                   "error: bench_fsdp_step: the tensor-parallel collectives moved %lld bytes per "
+                   "rank, the analytic count is %lld (more than 5%% apart)\n",
+                   (long long)traffic(t.one_step, true).bytes, (long long)analytic.bytes);
+    return 1;
+  }
   return 0;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"One data-parallel training step under mpirun, split into compute and exposed "
-               "communication.",
+  CLI::App app{"One data-parallel (and tensor-parallel) training step under mpirun, split into "
+               "compute and exposed communication.",
                "bench_fsdp_step"};
   Options o;
   add_options(app, o);
