@@ -301,9 +301,9 @@ double time_comm(const Options& o, ProcessGroup& world, Device device,
 
 // The collectives one rank runs per step over the tensor-parallel group (and its sub-groups),
 // counted from the model: Qwen3 with L layers, T = --seq tokens per rank, H hidden, D head dim,
-// Hkv KV heads, activations of s bytes (the parameter dtype), one micro-batch, no sequence
-// parallelism, no activation checkpointing (nothing recomputed), FSDP over dp_shard = S ranks
-// (the bench always shards, S = 1 included: gradients live in FSDP's f32 flat buffers):
+// Hkv KV heads, activations of s bytes (the parameter dtype), one micro-batch, no
+// sequence parallelism, no activation checkpointing (nothing recomputed), FSDP over dp_shard = S
+// ranks (the bench always shards, S = 1 included: gradients live in FSDP's f32 flat buffers):
 //   forward   2L all-reduces of [T, H] (reduce_from_tp after o_proj and down_proj) and 1 for the
 //             vocabulary-parallel embedding's partial lookups:   (2L + 1) T H s
 //   backward  2L all-reduces of [T, H] (copy_to_tp at the attention input, q/k/v sharing one
@@ -312,12 +312,12 @@ double time_comm(const Options& o, ProcessGroup& world, Device device,
 //             row max [T] (4T), [rescaled sum-exp; target logit] [2, T] (8T), and in backward dx
 //             [T, H] summed over the ranks' vocabulary parts (4 T H)
 //   after     reduce_grads: q_norm and k_norm's partial gradients, each rank's FSDP shard of
-//   backward  ceil(D / S) rows in f32: 2L x 4 ceil(D / S); with tp > Hkv the KV heads are
-//             replicated over tp / Hkv ranks and the k_proj / v_proj gradient shards
-//             ([ceil(D / S), H] f32, one head per rank) are summed over those replicas:
-//             2L x 4 ceil(D / S) H
+//   backward  ceil(D / S) rows in f32: 2L x 4 ceil(D / S); and with more ranks than KV heads,
+//             each rank holds one KV head, shared by tp / Hkv ranks, whose gradient shard (FSDP
+//             splits dim 0) is summed over them: k_proj and v_proj [ceil(D / S), H] f32,
+//             2L x 4 ceil(D / S) H (more ranks than query heads is refused: o_proj's columns)
 //   norm      the squared gradient norm summed over tp: one f64 scalar, 8
-// The TP bytes per rank and step are the sum; the count of collectives is (6L + 5), 8L + 5 with
+// The TP bytes per rank and step are the sum; the count of collectives is 6L + 5, plus 2L with
 // replicated KV heads.
 struct TpTraffic {
   int64_t collectives = 0, bytes = 0;
@@ -380,12 +380,13 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
               step < compute ? " (compute measured above the step: noise)" : "", one_step.size(),
               double(bytes) / double(1 << 20), comm * 1e3, overlap * 100);
   if (tensor_parallel)
-    std::printf("  per rank: tensor parallel %zu collectives, %lld bytes (analytic %lld collectives, "
-                "%lld bytes: recorded / analytic %.4f); data parallel %zu collectives, %lld "
-                "bytes\n",
-                tp.collectives, (long long)tp.bytes, (long long)analytic.collectives,
-                (long long)analytic.bytes, tp_bytes_ratio(one_step, analytic), dp.collectives,
-                (long long)dp.bytes);
+    std::printf(
+        "  per rank: tensor parallel %zu collectives, %lld bytes (analytic %lld collectives, "
+        "%lld bytes: recorded / analytic %.4f); data parallel %zu collectives, %lld "
+        "bytes\n",
+        tp.collectives, (long long)tp.bytes, (long long)analytic.collectives,
+        (long long)analytic.bytes, tp_bytes_ratio(one_step, analytic), dp.collectives,
+        (long long)dp.bytes);
   nlohmann::ordered_json j;
   j["ranks"] = n;
   j["layout"] = mesh.shape().str();

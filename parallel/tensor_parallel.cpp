@@ -133,6 +133,10 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
           }));
     } else {
       split(prefix + "weight", 1, m.segments);
+      // Shared columns would be summed once per sharing rank.
+      VLM_CHECK(placements_.at(prefix + "weight").replicas == 1, "tensor parallel: ", m.path,
+                ": its ", m.segments[0].parts, " heads (or rows) are fewer than tp = ", T,
+                " ranks; a row-parallel projection needs at least one per rank");
       // Each rank's product is a partial sum; the (replicated) bias is added once, after the sum.
       wrappers_.emplace_back(
           lin, lin->add_forward_wrapper([state, group, lin](const nn::Module::Forward& forward,
