@@ -622,7 +622,10 @@ class Gen:
              ["dp_replicate"])
         case([fsdp, "parallel.dp_replicate=3"], 2, "error", ["parallel.dp_replicate"])
         case(["parallel.dp_shard=2"], 2, "error", ["parallel.dp_shard"])
-        case(["parallel.tp_size=2"], 2, "error", ["parallel.tp_size"])
+        case(["parallel.tp_size=3"], 2, "error", ["parallel.tp_size"])
+        case([fsdp, "parallel.tp_size=2", "parallel.dp_shard=2"], 2, "error",
+             ["parallel.dp_shard"])
+        case(["parallel.tp_size=2"], 2, "ok", [], want=["dp_shard 1 x tp 2"])
         case(["parallel.tp_size=4294967296"], 2, "error", ["parallel.tp_size"])
         case([fsdp, "parallel.collective_timeout_s=-1"], 2, "error",
              ["parallel.collective_timeout_s"])
