@@ -12,13 +12,16 @@
 #include "src/core/ops/shape_ops.h"
 #include "src/core/tensor.h"
 #include "tests/error_of.h"
+#include "tests/io/state/box_values.h"
 #include "tests/parallel/shared_temp_dir.h"
 
 #if VLM_WITH_HDF5
 
 using namespace vlm;
 using Catch::Matchers::Contains;
+using vlm::testing::box_values;
 using vlm::testing::error_of;
+using vlm::testing::pattern;
 using vlm::testing::SharedTempDir;
 
 namespace {
@@ -32,30 +35,6 @@ int size_of(MPI_Comm comm) {
   int n = 1;
   MPI_Comm_size(comm, &n);
   return n;
-}
-
-// Exactly representable in bf16 (quarters below 64), distinct per element and per tensor.
-std::vector<double> pattern(const Shape& shape, double seed) {
-  std::vector<double> v(size_t(vlm::numel(shape)));
-  for (size_t i = 0; i < v.size(); i++) v[i] = seed + 0.25 * double(i) - 3.0;
-  return v;
-}
-
-// The values of the box [offset, offset + box) of the row-major `all` of `shape`, row-major:
-// index arithmetic, independent of the views the stores use.
-std::vector<double> box_values(const std::vector<double>& all, const Shape& shape,
-                               const std::vector<int64_t>& offset, const Shape& box) {
-  std::vector<double> out;
-  for (int64_t k = 0; k < vlm::numel(box); k++) {
-    int64_t rest = k, flat = 0, stride = 1;
-    for (size_t d = box.size(); d-- > 0;) {
-      flat += (offset[d] + rest % box[d]) * stride;
-      rest /= box[d];
-      stride *= shape[d];
-    }
-    out.push_back(all[size_t(flat)]);
-  }
-  return out;
 }
 
 // The box as a tensor of `dtype`; `strided`: a transposed view (2-D boxes), not contiguous unless

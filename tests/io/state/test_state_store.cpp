@@ -10,35 +10,15 @@
 #include "src/core/ops/shape_ops.h"
 #include "src/core/tensor.h"
 #include "tests/error_of.h"
+#include "tests/io/state/box_values.h"
 
 using namespace vlm;
 using Catch::Matchers::Contains;
+using vlm::testing::box_values;
 using vlm::testing::error_of;
+using vlm::testing::pattern;
 
 namespace {
-
-// Quarters below 64: exact in bf16.
-std::vector<double> pattern(const Shape& shape) {
-  std::vector<double> v(size_t(vlm::numel(shape)));
-  for (size_t i = 0; i < v.size(); i++) v[i] = 0.25 * double(i) - 3.0;
-  return v;
-}
-
-// The row-major values of the box [offset, offset + box) of `all`, a tensor of `shape`.
-std::vector<double> box_values(const std::vector<double>& all, const Shape& shape,
-                               const std::vector<int64_t>& offset, const Shape& box) {
-  std::vector<double> out;
-  for (int64_t k = 0; k < vlm::numel(box); k++) {
-    int64_t rest = k, flat = 0, stride = 1;
-    for (size_t d = box.size(); d-- > 0;) {
-      flat += (offset[d] + rest % box[d]) * stride;
-      rest /= box[d];
-      stride *= shape[d];
-    }
-    out.push_back(all[size_t(flat)]);
-  }
-  return out;
-}
 
 io::Slab slab(const std::vector<double>& all, const Shape& shape, DType dtype,
               const std::vector<int64_t>& offset, const Shape& box) {
