@@ -1,5 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
+
 #include "parallel/tensor_parallel_ops.h"
 #include "parallel/vocab_parallel.h"
 #include "src/base/check.h"
@@ -122,6 +124,11 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
     }
     auto* lin = dynamic_cast<nn::Linear*>(&module);
     VLM_CHECK(lin, "tensor parallel: ", m.path, " is a ", module.type_name(), ", not a Linear");
+    if (m.optional && !std::all_of(m.segments.begin(), m.segments.end(),
+                                   [&](const TpSegment& s) { return s.parts % T == 0; })) {
+      left_whole_.push_back(m.path);
+      continue;
+    }
     if (m.style == TpStyle::colwise) {
       split(prefix + "weight", 0, m.segments);
       if (lin->bias().defined()) split(prefix + "bias", 0, m.segments);

@@ -50,6 +50,10 @@ struct TpPlan {
     std::string path; // a Linear (colwise, rowwise) or an Embedding (vocab)
     TpStyle style;
     std::vector<TpSegment> segments; // colwise: output rows; rowwise: input columns; vocab: none
+    // Left whole (replicated) when its units do not split evenly over tp, instead of an error: a
+    // part worth splitting but not needed split (a vision tower with fewer heads than ranks).
+    // A colwise / rowwise pair must share its units, so both stay whole together.
+    bool optional = false;
   };
   struct Param {
     std::string name; // a parameter used outside a Linear, split on `dim` like its projection
@@ -66,6 +70,12 @@ struct TpPlan {
   }
   void rowwise(const std::string& path, std::vector<TpSegment> segments) {
     modules.push_back({path, TpStyle::rowwise, std::move(segments)});
+  }
+  void colwise_optional(const std::string& path, std::vector<TpSegment> segments) {
+    modules.push_back({path, TpStyle::colwise, std::move(segments), true});
+  }
+  void rowwise_optional(const std::string& path, std::vector<TpSegment> segments) {
+    modules.push_back({path, TpStyle::rowwise, std::move(segments), true});
   }
   void vocab(const std::string& path) { modules.push_back({path, TpStyle::vocab, {}}); }
   void split(const std::string& name, int64_t dim, std::vector<TpSegment> segments) {
@@ -100,6 +110,8 @@ public:
   const std::map<std::string, TpPlacement>& placements() const { return placements_; }
   // Whether the LM head's rows are split (the loss must then be loss-parallel).
   bool vocab_parallel_head() const { return vocab_parallel_head_; }
+  // The optional modules of the plan left whole (their units do not split over the group).
+  const std::vector<std::string>& left_whole() const { return left_whole_; }
 
   // After the step's last backward: sums the partial gradients over the group (partial_grad
   // weights over all of it, replicated heads over their replicas). Reads the current parameter
@@ -125,6 +137,7 @@ private:
   std::map<int64_t, std::unique_ptr<ProcessGroup>> replica_groups_; // by replicas, 1 < r < tp
   std::vector<std::pair<nn::Module*, size_t>> wrappers_;
   std::shared_ptr<State> state_;        // shared with the wrappers
+  std::vector<std::string> left_whole_; // optional modules whose units do not split
   std::map<std::string, Tensor> parts_; // while gathered: each split parameter's part
   bool vocab_parallel_head_ = false;
 };

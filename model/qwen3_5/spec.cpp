@@ -1,7 +1,7 @@
 #include "model/qwen3_5/spec.h"
 
 #include "model/qwen3_5/model.h"
-#include "model/text/text_tp_plan.h"
+#include "model/vision/vision_tp_plan.h"
 #include "src/base/check.h"
 
 namespace vlm::model {
@@ -69,7 +69,7 @@ ModelSpec qwen3_5_model_spec() {
   s.model_type = "qwen3_5";
   s.description = "Qwen3.5 dense hybrid Gated DeltaNet vision-language model "
                   "(Qwen3_5ForConditionalGeneration)";
-  s.tp_plan = text_tp_plan;
+  s.tp_plan = vision_language_tp_plan;
   s.build = [](const nlohmann::json& config, const std::string& where, DType dtype) {
     return std::make_shared<Qwen3_5ForConditionalGeneration>(
         Qwen3_5Config::from_json(config, where), dtype);

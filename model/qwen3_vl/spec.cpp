@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "model/qwen3_vl/model.h"
-#include "model/text/text_tp_plan.h"
+#include "model/vision/vision_tp_plan.h"
 #include "src/base/check.h"
 
 namespace vlm::model {
@@ -65,7 +65,7 @@ ModelSpec qwen3_vl_model_spec() {
   ModelSpec s;
   s.model_type = "qwen3_vl";
   s.description = "Qwen3-VL dense vision-language model (Qwen3VLForConditionalGeneration)";
-  s.tp_plan = text_tp_plan;
+  s.tp_plan = vision_language_tp_plan;
   s.build = [](const nlohmann::json& config, const std::string& where, DType dtype) {
     return std::make_shared<Qwen3VLForConditionalGeneration>(
         Qwen3VLConfig::from_json(config, where), dtype);

@@ -9,7 +9,7 @@
 //                   partial;
 //   MLP             gate_proj, up_proj column-parallel, down_proj row-parallel;
 //   embeddings      vocabulary-parallel, and the head (tied or not) split by vocabulary rows.
-// A vision tower stays replicated: every rank runs it on the same images (README: why).
+// A VLM adds its vision tower's blocks (model/vision/vision_tp_plan.h).
 #pragma once
 
 #include "model/causal_lm.h"

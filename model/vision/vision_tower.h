@@ -34,6 +34,10 @@ public:
 
   // x: [N, Hv] -> [N, Hv]; attention within each segment of cu_seqlens (one per image slice).
   Tensor forward(const Tensor& x, const Tensor& cu_seqlens, const RopeTables& rope) const;
+  // The declared (whole) sizes, for the tensor-parallel plan.
+  int64_t hidden_size() const { return qkv_->in_features(); }
+  int64_t num_heads() const { return qkv_->out_features() / (3 * head_dim_); }
+  int64_t intermediate_size() const { return fc1_->out_features(); }
 
 private:
   int64_t head_dim_;

@@ -229,6 +229,11 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   parallel::ParallelizeOptions options = parallelize_options(c);
   if (shape.tp > 1) options.tp_plan = model::tp_plan(*model_);
   parallel_ = parallel::parallelize(*model_, model_->blocks(), *mesh_, options, device_);
+  if (const parallel::TensorParallel* tp = parallel_.tensor_parallel();
+      tp && !tp->left_whole().empty() && rank0())
+    log_info("tensor parallel: ", tp->left_whole().size(), " projections left whole on every rank ",
+             "(their heads or rows do not split over tp = ", shape.tp, "), e.g. ",
+             tp->left_whole().front());
   peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
   peak_tflops_ *= double(shape.world()); // the job's peak: MFU counts every rank's FLOPs
   stepper_ = std::make_unique<TrainStepper>(c, model_, StepParallel::of(parallel_));

@@ -66,3 +66,27 @@ TEST_CASE("tensor parallel plan: the plan names every projection of every layer 
   CHECK(partial(attn + "q_norm.weight"));
   CHECK(partial(attn + "k_norm.weight"));
 }
+
+TEST_CASE("tensor parallel plan: a vision tower is split where its heads divide tp, else whole") {
+  parallel::LocalProcessGroup tp(0, 2);
+  { // Qwen3-VL's tiny tower: 4 heads, MLP 128 rows: split over 2.
+    auto m = tiny("qwen3_vl_tiny_untied");
+    parallel::TensorParallel split(*m, model::tp_plan(*m), tp);
+    CHECK(split.left_whole().empty());
+    const parallel::TpPlacement& qkv = split.placement("model.visual.blocks.0.attn.qkv.weight");
+    REQUIRE(qkv.sharded());
+    CHECK(qkv.ranges.size() == 3); // q, k, v: the first 2 heads of each (head dim 16)
+    CHECK(qkv.ranges[1] == std::pair<int64_t, int64_t>{64, 32});
+    CHECK(split.placement("model.visual.blocks.0.attn.proj.weight").dim == 1);
+    CHECK(split.placement("model.visual.blocks.0.mlp.linear_fc2.weight").dim == 1);
+    CHECK(!split.placement("model.visual.blocks.0.attn.proj.bias").sharded());
+    CHECK(!split.placement("model.visual.merger.linear_fc1.weight").sharded());
+  }
+  { // Qwen3.5's tiny tower has 1 head: its attention stays whole; its 32-row MLP splits.
+    auto m = tiny("qwen3_5_tiny_hybrid");
+    parallel::TensorParallel split(*m, model::tp_plan(*m), tp);
+    CHECK(split.left_whole().size() == 4); // qkv and proj of its 2 blocks
+    CHECK(!split.placement("model.visual.blocks.0.attn.qkv.weight").sharded());
+    CHECK(split.placement("model.visual.blocks.0.mlp.linear_fc1.weight").sharded());
+  }
+}
