@@ -50,12 +50,14 @@ TpPlacement split_placement(const std::string& name, const Shape& shape, int64_t
     int64_t seg_replicas = 1;
     if (s.parts >= tp) {
       VLM_CHECK(s.parts % tp == 0, "tensor parallel: ", name, ": ", s.parts,
-                " heads (or rows) do not split over tp = ", tp, " ranks");
+                " heads (or rows) do not split over tp = ", tp,
+                " ranks; set parallel.tp_size to a divisor of ", s.parts);
       const int64_t per = s.parts / tp;
       p.ranges.emplace_back(offset + r * per * unit, per * unit);
     } else {
       VLM_CHECK(tp % s.parts == 0, "tensor parallel: ", name, ": ", s.parts,
-                " heads cannot be shared evenly by tp = ", tp, " ranks");
+                " heads cannot be shared evenly by tp = ", tp,
+                " ranks; set parallel.tp_size to a divisor or a multiple of ", s.parts);
       seg_replicas = tp / s.parts;
       p.ranges.emplace_back(offset + (r / seg_replicas) * unit, unit);
     }

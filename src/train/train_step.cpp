@@ -127,6 +127,10 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
             " leave ", model_->summary(), " nothing to train");
   for (const auto& g : groups)
     trainable_.insert(trainable_.end(), g.params.begin(), g.params.end());
+  // Under TP the norm weighs each tensor by its replicas; grouped once here, not every step.
+  if (parallel_.tp)
+    for (const Tensor& p : trainable_)
+      by_replicas_[parallel_.tp->placement(p.name()).replicas].push_back(p);
   optimizer_ = std::make_unique<optim::AdamW>(
       groups, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps});
 }
@@ -223,12 +227,9 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
 Tensor TrainStepper::local_norm_sq() const {
   if (!parallel_.tp) return optim::clip_grad_norm_async(trainable_, 0.0);
   // Under TP a tensor held by k ranks (replicated: the whole group) counts 1/k on each.
-  std::map<int64_t, std::vector<Tensor>> by_replicas;
-  for (const Tensor& p : trainable_)
-    by_replicas[parallel_.tp->placement(p.name()).replicas].push_back(p);
   NoGradGuard no_grad;
   Tensor sum;
-  for (const auto& [replicas, params] : by_replicas) {
+  for (const auto& [replicas, params] : by_replicas_) {
     const Tensor part =
         affine(slice(optim::clip_grad_norm_async(params, 0.0), 0, 0, 1), 1.0 / double(replicas));
     sum = sum.defined() ? add(sum, part) : part;

@@ -47,6 +47,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,6 +133,7 @@ private:
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   std::vector<Tensor> trainable_;
+  std::map<int64_t, std::vector<Tensor>> by_replicas_; // TP: trainable_ by replica count
   int64_t skipped_ = 0;
 };
 

@@ -21,6 +21,7 @@
 #include "parallel/parallelize.h"
 #include "src/base/rng.h"
 #include "src/core/ops/elementwise.h"
+#include "src/train/train_state.h"
 #include "src/train/train_step.h"
 
 namespace vlm::testing {
@@ -283,6 +284,19 @@ inline void fsdp_backward(parallel::Fsdp& fsdp, model::CausalLM& m,
     affine(model::lm_loss(m, micro_batches[k], Reduction::sum), scale).backward();
     fsdp.end_micro_step();
   }
+}
+
+// The training state of a parallelized model and its stepper at `step` (its layouts: FSDP rows and
+// TP parts), for the checkpoint tests.
+inline train::TrainState train_state(const ParallelFamilyModel& run, train::TrainStepper& stepper,
+                                     int64_t step) {
+  train::TrainState st;
+  st.step = step;
+  st.model = run.model.get();
+  st.optimizer = &stepper.optimizer();
+  st.schedule = &stepper.schedule();
+  st.layouts = run.parallelized.param_layouts();
+  return st;
 }
 
 // --- comparisons ---------------------------------------------------------------------------------

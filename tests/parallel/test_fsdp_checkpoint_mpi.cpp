@@ -61,15 +61,7 @@ struct ParallelRun {
       losses.push_back(stepper->step(s, batches).loss);
     }
   }
-  train::TrainState state(int64_t step) {
-    train::TrainState st;
-    st.step = step;
-    st.model = model.get();
-    st.optimizer = &stepper->optimizer();
-    st.schedule = &stepper->schedule();
-    st.layouts = run.parallelized.param_layouts();
-    return st;
-  }
+  train::TrainState state(int64_t step) { return train_state(run, *stepper, step); }
   void save(const std::string& path, int64_t step) {
     io::Hdf5StateWriter out(path, MPI_COMM_WORLD);
     state(step).save(out);

@@ -31,15 +31,16 @@ constexpr int kStop = 2, kSteps = 4;
 // `ranks`, its share of every step's global batch each step.
 struct TpRun {
   parallel::DeviceMesh mesh;
-  std::shared_ptr<model::CausalLM> model;
-  parallel::Parallelized parallelized; // after the model: undone first
+  ParallelFamilyModel run;
+  std::shared_ptr<model::CausalLM>& model = run.model;
+  parallel::Parallelized& parallelized = run.parallelized;
   std::unique_ptr<train::TrainStepper> stepper;
   std::vector<double> losses;
   const Family& family;
 
   TpRun(const Family& f, const train::TrainConfig& c, const MeshShape& shape,
         std::unique_ptr<parallel::ProcessGroup> ranks = parallel::world_group())
-      : mesh(std::move(ranks), shape), model(loaded_family_model(f, c)), family(f) {
+      : mesh(std::move(ranks), shape), run{loaded_family_model(f, c), {}}, family(f) {
     parallel::ParallelizeOptions o;
     if (shape.tp > 1) o.tp_plan = model::tp_plan(*model);
     parallelized = parallel::parallelize(*model, model->blocks(), mesh, o, Device::cpu());
@@ -55,15 +56,7 @@ struct TpRun {
       losses.push_back(stepper->step(s, mine).loss);
     }
   }
-  train::TrainState state(int64_t step) {
-    train::TrainState st;
-    st.step = step;
-    st.model = model.get();
-    st.optimizer = &stepper->optimizer();
-    st.schedule = &stepper->schedule();
-    st.layouts = parallelized.param_layouts();
-    return st;
-  }
+  train::TrainState state(int64_t step) { return train_state(run, *stepper, step); }
   void load(const std::string& path, MPI_Comm comm) {
     train::TrainState st = state(0);
     st.load(io::Hdf5StateReader(path, comm));
