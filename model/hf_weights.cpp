@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/state/safetensors.h"
+#include "parallel/param_layout.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/shape_ops.h"
@@ -93,6 +94,33 @@ Tensor to_tensor(const io::TensorInfo& info) {
   return t;
 }
 
+// Box `box` (global offset and shape) of a mapped tensor as a new tensor of its stored dtype,
+// copied run by run (a run: the box's extent of the last dim), so only the box's bytes are read;
+// adds them to `bytes_read`.
+Tensor read_box(const io::TensorInfo& info, const parallel::ParamBox& box, int64_t& bytes_read) {
+  Tensor out = Tensor::empty(box.shape, info.dtype);
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const size_t D = box.shape.size(), es = dtype_size(info.dtype);
+  std::vector<int64_t> stride(D, 1); // of the stored tensor, in elements
+  for (size_t d = D - 1; d-- > 0;) stride[d] = stride[d + 1] * info.shape[d + 1];
+  const int64_t run = box.shape[D - 1];
+  std::vector<int64_t> idx(D - 1, 0); // the run's index over the box's outer dims
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const auto* src = static_cast<const char*>(info.data);
+  for (int64_t k = 0; k < n / run; k++) {
+    int64_t at = box.global_offset[D - 1];
+    for (size_t d = 0; d + 1 < D; d++) at += (box.global_offset[d] + idx[d]) * stride[d];
+    std::memcpy(dst + size_t(k * run) * es, src + size_t(at) * es, size_t(run) * es);
+    for (size_t d = D - 1; d-- > 0;) {
+      if (++idx[d] < box.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  bytes_read += n * int64_t(es);
+  return out;
+}
+
 bool is_loadable_float(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
 }
@@ -107,6 +135,13 @@ bool has_prefix(const std::string& name, const std::vector<std::string>& prefixe
 
 StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
                               const std::vector<std::string>& carried_prefixes) {
+  return load_hf_weights(model, dir_name, carried_prefixes, nullptr);
+}
+
+StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
+                              const std::vector<std::string>& carried_prefixes,
+                              const std::map<std::string, parallel::ParamLayout>* layouts,
+                              int64_t* bytes_read) {
   const fs::path dir = dir_name;
   VLM_CHECK(fs::is_directory(dir), dir_name, ": not a directory (expected an HF snapshot)");
   SnapshotTensors snap = open_snapshot(dir);
@@ -134,6 +169,11 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
   for (const auto& [name, info] : snap.tensors) {
     if (names.count(name)) continue;
     if (name == "lm_head.weight" && tied_head) {
+      if (layouts) { // comparing would read both whole on every rank
+        log_info(dir_name, ": ignoring lm_head.weight (", snap.file_of[name],
+                 "): the model ties its head to model.embed_tokens.weight");
+        continue;
+      }
       const auto e = snap.tensors.find("model.embed_tokens.weight");
       const bool same = e != snap.tensors.end() && e->second->dtype == info->dtype &&
                         e->second->shape == info->shape &&
@@ -168,37 +208,68 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
     VLM_FAIL(os.str());
   }
 
-  model.materialize();
+  model.materialize(); // no-op for a parallelized model (its local parts are allocated)
   const auto params = model.named_parameters();
+  // The tensors stored more precisely than their parameters hold them are kept whole (exact), if
+  // they are few (few_exact), decided from the headers before anything is read.
+  int64_t stored_elements = 0, exact_elements = 0;
+  std::set<std::string> exact_names;
+  for (const auto& p : params) {
+    const io::TensorInfo& info = *snap.tensors.at(p.name);
+    stored_elements += vlm::numel(info.shape);
+    if (!holds_all_of(p.tensor.dtype(), info.dtype)) {
+      exact_names.insert(p.name);
+      exact_elements += vlm::numel(info.shape);
+    }
+  }
+  if (!few_exact(exact_elements, stored_elements)) {
+    log_warn(dir_name, ": ", exact_names.size(), " of ", params.size(),
+             " tensors are stored more precisely than the parameters hold them; their fp32 "
+             "masters start from the rounded values (train in f32 to keep every stored bit)");
+    exact_names.clear();
+  }
   StoredTensors stored;
-  int64_t stored_elements = 0;
+  int64_t read = 0;
   NoGradGuard no_grad;
   for (const auto& p : params) {
     const io::TensorInfo& info = *snap.tensors.at(p.name);
-    Tensor dst = p.tensor, value = to_tensor(info);
-    copy_(dst, value);
-    stored_elements += value.numel();
     stored.dtypes[p.name] = info.dtype;
-    if (!holds_all_of(p.tensor.dtype(), info.dtype)) stored.exact[p.name] = value;
+    Tensor dst = p.tensor;
+    const parallel::ParamLayout* layout = nullptr;
+    if (layouts)
+      if (const auto it = layouts->find(p.name); it != layouts->end()) layout = &it->second;
+    if (layout) { // this rank's boxes only
+      for (const parallel::ParamBox& box : layout->boxes) {
+        Tensor part = parallel::local_box(dst, box);
+        copy_(part, read_box(info, box, read).to(dst.dtype()).to(dst.device()));
+      }
+      if (exact_names.count(p.name)) {
+        stored.exact[p.name] = to_tensor(info);
+        read += int64_t(info.nbytes);
+      }
+      continue;
+    }
+    VLM_CHECK(dst.shape() == info.shape, dir_name, ": ", p.name, " is held as ", dst.desc(),
+              " on this rank but no layout says which part of ", shape_str(info.shape));
+    Tensor value = to_tensor(info);
+    read += int64_t(info.nbytes);
+    copy_(dst, value.to(dst.device()));
+    if (exact_names.count(p.name)) stored.exact[p.name] = value;
   }
   for (const auto& [name, info] : snap.tensors)
-    if (!names.count(name) && has_prefix(name, carried_prefixes))
+    if (!names.count(name) && has_prefix(name, carried_prefixes)) {
       stored.carried[name] = to_tensor(*info);
-  int64_t exact_elements = 0;
-  for (const auto& [name, t] : stored.exact) exact_elements += t.numel();
-  if (!few_exact(exact_elements, stored_elements)) {
-    log_warn(dir_name, ": ", stored.exact.size(), " of ", params.size(),
-             " tensors are stored more precisely than the parameters hold them; their fp32 "
-             "masters start from the rounded values (train in f32 to keep every stored bit)");
-    stored.exact.clear();
-  }
+      read += int64_t(info->nbytes);
+    }
+  if (bytes_read) *bytes_read = read;
   std::string carried;
   if (!stored.carried.empty()) {
     carried = "; carrying " + std::to_string(stored.carried.size()) + " tensors it does not use:";
     for (const auto& p : carried_prefixes) carried += " " + p + "*";
   }
   log_info("loaded ", params.size(), " tensors from ", dir_name, " (", snap.files.size(),
-           snap.files.size() == 1 ? " file" : " files", ")", carried);
+           snap.files.size() == 1 ? " file" : " files", layouts ? ", this rank's parts: " : ", ",
+           double(read) / double(1 << 20), " MiB read)", carried);
   return stored;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/stored_tensors.h"
+#include "parallel/param_layout.h"
 #include "src/base/dtype.h"
 #include "src/nn/module.h"
 
@@ -31,6 +32,14 @@ namespace vlm::model {
 // `carried_prefixes` (CausalLM::carried_prefixes(); a float dtype is required of them too).
 StoredTensors load_hf_weights(nn::Module& model, const std::string& dir,
                               const std::vector<std::string>& carried_prefixes = {});
+// The same into a parallelized model (parallel/parallelize.h): each parameter `layouts` names
+// gets only this rank's boxes, read from the mapping box by box (a rank touches only their bytes);
+// the others are read whole. The checks compare the declared (whole) shapes. `bytes_read`, if
+// given, receives the bytes copied out of the files (parameters, exact copies, carried tensors).
+StoredTensors load_hf_weights(nn::Module& model, const std::string& dir,
+                              const std::vector<std::string>& carried_prefixes,
+                              const std::map<std::string, parallel::ParamLayout>* layouts,
+                              int64_t* bytes_read = nullptr);
 
 // Shard size above which save_hf_snapshot writes several files and an index (bytes).
 constexpr int64_t kDefaultMaxShardBytes = int64_t(4) << 30;

@@ -63,7 +63,10 @@ Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& block
     p.fsdp_ =
         std::make_unique<Fsdp>(root, blocks, *groups.shard, groups.replicate, options.fsdp, device);
   p.dp_ = groups.dp;
-  root.to(device); // what FSDP did not shard (all of it without FSDP); its shards are there already
+  // What FSDP did not shard (all of it without FSDP), on the device: a declared parameter
+  // allocated there in its local shape, a materialized one moved. FSDP's shards are there already.
+  root.materialize(device);
+  root.to(device);
   return p;
 }
 

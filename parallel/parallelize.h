@@ -1,5 +1,6 @@
 // The one composition point of parallelism (DESIGN.md §2.2, §6): parallelize() applies, to a model
-// built and loaded on the host,
+// that is only described (DESIGN.md §2.1: the trainer) or already built and loaded on the host
+// (`dump`, the benchmarks, tests),
 //   1. tensor parallelism (parallel/tensor_parallel.h) by the family's plan: first, since AC and
 //      FSDP wrap whatever the projections have become — split weights, their collectives as
 //      Module wrappers — and FSDP then shards each rank's split parameters over its dp_shard
@@ -8,7 +9,11 @@
 //      recomputation re-runs the block's TP collectives too,
 //   3. FSDP / HSDP / DDP over the data-parallel groups (parallel/fsdp.h), last, so its gather
 //      wrapper sits outside the checkpoint's and a block is whole while it is recomputed,
-// then moves whatever FSDP did not shard onto the device. This is torchtitan's order. Every place
+// then allocates (or moves) whatever FSDP did not shard on the device. A described model comes out
+// allocated in its local parts only — TP sets their shapes, FSDP allocates its flat shards — and
+// zero: fill it by param_layouts() (nn::Module::initialize with init_parts, or
+// model::load_hf_weights with the layouts), so no rank ever holds it whole. This is torchtitan's
+// order. Every place
 // that trains a model (the trainer, `dump`, the benchmarks, the data-parallel tests) goes through
 // here, so the order cannot drift between them and a new kind of parallelism is added once.
 #pragma once

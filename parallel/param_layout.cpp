@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "src/base/check.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"
 
 namespace vlm::parallel {
@@ -71,6 +73,36 @@ Tensor local_box(const Tensor& local, const ParamBox& box) {
 
 Tensor global_box(const Tensor& whole, const ParamBox& box) {
   return box_view(whole, box.global_offset, box.shape);
+}
+
+void keep_rows(const ParamLayout& layout, Tensor& local, int64_t row_begin, const Tensor& rows) {
+  NoGradGuard no_grad;
+  VLM_CHECK(rows.dim() == int64_t(layout.full_shape.size()) && rows.dim() > 0, "keep_rows: rows ",
+            rows.desc(), " of a whole tensor ", shape_str(layout.full_shape));
+  const int64_t row_end = row_begin + rows.size(0);
+  for (const ParamBox& box : layout.boxes) {
+    const int64_t a = std::max(row_begin, box.global_offset[0]);
+    const int64_t e = std::min(row_end, box.global_offset[0] + box.shape[0]);
+    if (a >= e) continue;
+    ParamBox part = box; // the box's rows inside the chunk
+    part.local_offset[0] += a - box.global_offset[0];
+    part.global_offset[0] = a - row_begin; // in the chunk
+    part.shape[0] = e - a;
+    Tensor dst = local_box(local, part);
+    copy_(dst, global_box(rows, part).to(local.device()));
+  }
+}
+
+nn::Module::PartOf init_parts(const std::map<std::string, ParamLayout>& layouts) {
+  return [&layouts](const std::string& name) -> std::optional<nn::Module::InitPart> {
+    const auto it = layouts.find(name);
+    if (it == layouts.end()) return std::nullopt;
+    const ParamLayout* layout = &it->second;
+    return nn::Module::InitPart{layout->full_shape,
+                                [layout](Tensor& local, int64_t row_begin, const Tensor& rows) {
+                                  keep_rows(*layout, local, row_begin, rows);
+                                }};
+  };
 }
 
 std::map<std::string, ParamLayout> param_layouts(const Fsdp* fsdp, const TensorParallel* tp) {

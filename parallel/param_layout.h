@@ -38,6 +38,15 @@ struct ParamLayout {
 Tensor local_box(const Tensor& local, const ParamBox& box);
 Tensor global_box(const Tensor& whole, const ParamBox& box);
 
+// Copies what `layout` holds of the whole tensor's rows [row_begin, row_begin + rows.size(0))
+// — `rows`, a chunk of the whole tensor (any device, any dtype) — into `local`, this rank's
+// tensor (converting to its dtype).
+void keep_rows(const ParamLayout& layout, Tensor& local, int64_t row_begin, const Tensor& rows);
+
+// For nn::Module::initialize: each parameter of `layouts` initialized as a whole tensor whose
+// rows keep_rows places (the others are initialized as they are). `layouts` must outlive it.
+nn::Module::PartOf init_parts(const std::map<std::string, ParamLayout>& layouts);
+
 // Every parameter that is not whole on this rank (FSDP-sharded or TP-split), by name; either may
 // be null. TP-replicated parameters that FSDP shards are listed too (only TP rank 0 writes them).
 std::map<std::string, ParamLayout> param_layouts(const Fsdp* fsdp, const TensorParallel* tp);

@@ -79,16 +79,27 @@ TpPlacement split_placement(const std::string& name, const Shape& shape, int64_t
 TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp)
     : root_(&root), tp_(&tp) {
   const int64_t T = tp.size(), r = tp.rank();
-  for (const auto& p : root.named_parameters())
-    placements_[p.name] = {p.tensor.shape(), -1, {}, T, false};
+  std::map<std::string, bool> declared_only; // described, not allocated: only its part will be
+  for (const nn::ParameterSpec& p : root.parameter_specs()) {
+    placements_[p.name] = {p.shape, -1, {}, T, false};
+    declared_only[p.name] = !p.materialized;
+  }
 
   auto split = [&](const std::string& name, int64_t dim, const std::vector<TpSegment>& segments) {
     auto it = placements_.find(name);
     VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
               ", which the model does not have");
     VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name, " is split twice by the plan");
+    TpPlacement placement = split_placement(name, it->second.global_shape, dim, segments, T, r);
+    if (declared_only.at(name)) {
+      Shape local_shape = placement.global_shape;
+      local_shape[size_t(dim)] = 0;
+      for (const auto& range : placement.ranges) local_shape[size_t(dim)] += range.second;
+      root.set_local_shape(name, local_shape);
+      it->second = std::move(placement);
+      return;
+    }
     const Tensor full = root.find_parameter(name);
-    TpPlacement placement = split_placement(name, full.shape(), dim, segments, T, r);
     Tensor local;
     {
       NoGradGuard no_grad;
@@ -113,7 +124,7 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
       auto* emb = dynamic_cast<nn::Embedding*>(&module);
       VLM_CHECK(emb, "tensor parallel: ", m.path, " is a ", module.type_name(),
                 ", not an Embedding");
-      const int64_t V = emb->weight().size(0);
+      const int64_t V = placements_.at(prefix + "weight").global_shape[0];
       split(prefix + "weight", 0, {{V, V}});
       const int64_t begin = r * (V / T);
       wrappers_.emplace_back(emb, emb->add_forward_wrapper([emb, group, begin, state](
@@ -133,7 +144,7 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
     }
     if (m.style == TpStyle::colwise) {
       split(prefix + "weight", 0, m.segments);
-      if (lin->bias().defined()) split(prefix + "bias", 0, m.segments);
+      if (lin->has_param("bias")) split(prefix + "bias", 0, m.segments);
       wrappers_.emplace_back(
           lin, lin->add_forward_wrapper([state, group](const nn::Module::Forward& forward,
                                                        const std::vector<Tensor>& in) {

@@ -70,9 +70,11 @@ parallel::TpPlan text_tp_plan(const CausalLM& model) {
     else if (const auto* mlp = dynamic_cast<const SwiGluMlp*>(m))
       mlp_plan(plan, p, *mlp);
   }
-  for (const auto& p : model.named_parameters())
-    if (p.tensor.same(model.head_weight())) plan.head = p.name;
-  VLM_CHECK(!plan.head.empty(), model.model_type(), ": the head weight is not a parameter");
+  // The head: its own lm_head, or the embedding it is tied to (by name: the model may be only
+  // described yet).
+  plan.head = text + "embed_tokens.weight";
+  for (const nn::ParameterSpec& p : model.parameter_specs())
+    if (p.name == "lm_head.weight") plan.head = p.name;
   return plan;
 }
 

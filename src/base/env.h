@@ -15,4 +15,8 @@ std::string env_str(const char* name, const std::string& fallback);
 // by a file are checked against before they are made.
 int64_t physical_memory_bytes();
 
+// This process's peak resident set size so far in bytes (VmHWM of /proc/self/status; 0 where
+// that cannot be read): what a host memory target is measured by.
+int64_t peak_rss_bytes();
+
 } // namespace vlm

@@ -63,6 +63,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return empty_from(allocator_for(device), shape, dtype, "empty");
 }
 
+Tensor Tensor::released(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape)
+    VLM_CHECK(d >= 0, "released: negative dimension in shape ", shape_str(shape));
+  const size_t bytes = size_t(vlm::numel(shape)) * dtype_size(dtype);
+  auto s = std::make_shared<Storage>(nullptr, bytes, device, nullptr); // no memory yet
+  s->allocator = &allocator_for(device);
+  s->stream = current_stream(device);
+  return Tensor(make_impl(std::move(s), shape, dtype));
+}
+
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
   return empty_from(pinned_host_allocator(), shape, dtype, "empty_pinned");
 }

@@ -90,6 +90,9 @@ public:
                       double mean = 0.0);
   static Tensor uniform(const Shape& shape, Rng& rng, double lo, double hi,
                         DType dtype = DType::f32);
+  // A tensor whose storage is released from the start (Storage::release): nothing is allocated
+  // until Storage::reacquire (FSDP's whole-parameter buffers, allocated only while gathered).
+  static Tensor released(const Shape& shape, DType dtype, Device device);
   // Wraps memory owned elsewhere (kept alive by keepalive) without copying.
   static Tensor borrow(void* data, const Shape& shape, DType dtype, Device device,
                        std::shared_ptr<void> keepalive);

@@ -7,6 +7,8 @@
 
 #include "src/base/env.h"
 #include "src/core/autograd.h"
+#include "src/core/ops/elementwise.h"
+#include "src/core/ops/shape_ops.h"
 
 namespace vlm::nn {
 
@@ -73,7 +75,7 @@ void Module::declare_parameter(const std::string& name, const Shape& shape, Init
     VLM_CHECK(d >= 0, type_name(), ": parameter '", name, "' has a negative dim in shape ",
               shape_str(shape));
   auto slot = std::make_unique<Slot>();
-  slot->spec = ParameterSpec{name, shape, dtype, std::move(init), true, false};
+  slot->spec = ParameterSpec{name, shape, shape, dtype, std::move(init), true, false};
   params_.push_back(std::move(slot));
 }
 
@@ -85,7 +87,8 @@ const Tensor& Module::register_parameter(const std::string& name, Tensor value, 
             value.desc(), " with history; pass x.detach()");
   value.set_requires_grad(true);
   auto slot = std::make_unique<Slot>();
-  slot->spec = ParameterSpec{name, value.shape(), value.dtype(), std::move(init), true, true};
+  slot->spec =
+      ParameterSpec{name, value.shape(), value.shape(), value.dtype(), std::move(init), true, true};
   slot->tensor = std::move(value);
   params_.push_back(std::move(slot));
   return params_.back()->tensor;
@@ -167,6 +170,7 @@ std::vector<ParameterSpec> Module::parameter_specs() const {
   for (const auto& r : collect_slots()) {
     ParameterSpec spec = r.slot->spec;
     spec.name = r.full_name;
+    spec.local_shape = r.slot->local_shape.value_or(spec.shape);
     out.push_back(std::move(spec));
   }
   return out;
@@ -223,6 +227,19 @@ void Module::set_requires_grad(bool requires_grad) {
   }
 }
 
+void Module::set_trainable(const std::string& name, bool trainable) {
+  std::vector<std::string> names;
+  for (const auto& r : collect_slots()) {
+    if (r.full_name == name) {
+      r.slot->spec.trainable = trainable;
+      if (r.slot->tensor.defined()) r.slot->tensor.set_requires_grad(trainable);
+      return;
+    }
+    names.push_back(r.full_name);
+  }
+  VLM_FAIL("set_trainable: no parameter named '", name, "'; closest: ", closest_names(name, names));
+}
+
 // --- allocate / initialize ---------------------------------------------------------------------
 
 void Module::set_local_shape(const std::string& name, const Shape& shape) {
@@ -230,8 +247,8 @@ void Module::set_local_shape(const std::string& name, const Shape& shape) {
   for (const auto& r : collect_slots()) {
     if (r.full_name == name) {
       VLM_CHECK(!r.slot->spec.materialized, "set_local_shape('", name,
-                "'): already materialized with shape ", shape_str(r.slot->spec.shape));
-      r.slot->spec.shape = shape;
+                "'): already materialized with shape ", shape_str(r.slot->tensor.shape()));
+      r.slot->local_shape = shape;
       return;
     }
     names.push_back(r.full_name);
@@ -247,7 +264,7 @@ void Module::materialize(Device device) {
   for (const auto& r : collect_slots()) {
     if (r.slot->spec.materialized) continue;
     double n = double(dtype_size(r.slot->spec.dtype));
-    for (int64_t d : r.slot->spec.shape) n *= double(d);
+    for (int64_t d : r.slot->local_shape.value_or(r.slot->spec.shape)) n *= double(d);
     bytes += n;
   }
   const double memory = double(physical_memory_bytes());
@@ -258,7 +275,7 @@ void Module::materialize(Device device) {
   for (const auto& r : collect_slots()) {
     Slot& s = *r.slot;
     if (!s.spec.materialized) {
-      s.tensor = Tensor::zeros(s.spec.shape, s.spec.dtype, device);
+      s.tensor = Tensor::zeros(s.local_shape.value_or(s.spec.shape), s.spec.dtype, device);
       s.tensor.set_requires_grad(s.spec.trainable);
       s.spec.materialized = true;
     }
@@ -293,8 +310,12 @@ void Module::replace_parameter(const std::string& name, Tensor value) {
   std::vector<std::string> names;
   for (const auto& r : all) {
     if (r.full_name == name) {
-      VLM_CHECK(r.slot->tensor.defined(), "replace_parameter('", name,
-                "'): the parameter is not materialized");
+      if (!r.slot->tensor.defined()) { // declared only: `value` is its allocation (FSDP's shard)
+        r.slot->tensor = value;
+        r.slot->spec.materialized = true;
+        value.set_name(name);
+        return;
+      }
       old = r.slot->tensor.impl_ptr().get();
       break;
     }
@@ -351,7 +372,37 @@ void Module::remove_forward_hook(size_t handle) {
             ": remove_forward_hook(", handle, "): no such hook on this module");
 }
 
-void Module::initialize(Rng& rng) {
+void Module::initialize(Rng& rng) { initialize(rng, PartOf()); }
+
+namespace {
+
+// Fills `part` of `param` by `init` as if it were whole: the rule draws every value in order, a
+// chunk of dim-0 rows at a time (about 1M values), and `keep` copies this rank's rows of each.
+void initialize_part(const Init& init, Tensor& param, const Module::InitPart& part, Rng& rng) {
+  if (init.kind == Init::Kind::keep) return;
+  const Shape& whole = part.whole_shape;
+  Tensor local = param;
+  if (init.kind == Init::Kind::custom || whole.empty()) { // custom rules see the whole tensor
+    Tensor values = Tensor::zeros(whole, param.dtype());
+    init.apply(values, rng);
+    part.keep(local, 0, values);
+    return;
+  }
+  const int64_t rows = whole[0], row_numel = rows == 0 ? 0 : vlm::numel(whole) / rows;
+  const int64_t chunk_rows =
+      std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, row_numel));
+  for (int64_t r = 0; r < rows; r += chunk_rows) {
+    Shape shape = whole;
+    shape[0] = std::min(chunk_rows, rows - r);
+    Tensor chunk = Tensor::empty(shape, param.dtype());
+    init.apply(chunk, rng);
+    part.keep(local, r, chunk);
+  }
+}
+
+} // namespace
+
+void Module::initialize(Rng& rng, const PartOf& part_of) {
   const uint64_t base_seed = rng.next_u64();
   const std::vector<SlotRef> slots = collect_slots();
   for (const auto& r : slots)
@@ -371,7 +422,19 @@ void Module::initialize(Rng& rng) {
     const SlotRef& r = slots[order[k]];
     try {
       Rng param_rng(base_seed, name_stream(r.full_name));
-      r.slot->spec.init.apply(r.slot->tensor, param_rng);
+      std::optional<InitPart> part = part_of ? part_of(r.full_name) : std::nullopt;
+      Tensor& param = r.slot->tensor;
+      if (!part && !param.device().is_cpu()) // drawn on the host, a chunk at a time
+        part = InitPart{param.shape(), [](Tensor& local, int64_t row_begin, const Tensor& rows) {
+                          Tensor dst = local.dim() == 0
+                                           ? local
+                                           : slice(local, 0, row_begin, row_begin + rows.size(0));
+                          copy_(dst, rows.to(local.device()));
+                        }};
+      if (part)
+        initialize_part(r.slot->spec.init, param, *part, param_rng);
+      else
+        r.slot->spec.init.apply(param, param_rng);
     } catch (...) {
 #pragma omp critical(vlm_module_initialize)
       if (!error) error = std::current_exception();

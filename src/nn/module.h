@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +42,8 @@ struct NamedParameter {
 // A parameter as declared: what the parallel plan and summaries need before allocation.
 struct ParameterSpec {
   std::string name;
-  Shape shape; // the (local) shape materialize() allocates
+  Shape shape;       // as declared: the whole tensor
+  Shape local_shape; // what materialize() allocates: `shape`, or what set_local_shape set
   DType dtype = DType::f32;
   Init init;
   bool trainable = true;
@@ -97,7 +99,8 @@ public:
   // every module that registered it (a tied weight stays one tensor). The new tensor gets the
   // name; its shape, dtype, device and requires_grad are the caller's (FSDP swaps a full
   // parameter for its local shard and back). Tensors taken from parameters() before keep
-  // pointing at the old one. The parameter must be materialized.
+  // pointing at the old one. A parameter not yet materialized is materialized as `value` (FSDP
+  // allocates its shards itself).
   void replace_parameter(const std::string& name, Tensor value);
 
   // --- forward: hooks and wrappers (applied from outside) ----------------------------------------
@@ -131,9 +134,12 @@ public:
   void zero_grad();
   // Freezes (false) or unfreezes (true) every parameter of this subtree, declared ones included.
   void set_requires_grad(bool requires_grad);
+  // The same for the one parameter `name` (full dotted name), declared or materialized.
+  void set_trainable(const std::string& name, bool trainable);
 
   // --- allocate / initialize (call on the root) -------------------------------------------------
-  // Overrides the allocation shape of a declared, not yet materialized parameter (sharding).
+  // Overrides the allocation shape of a declared, not yet materialized parameter (sharding);
+  // parameter_specs() keeps the declared shape.
   void set_local_shape(const std::string& name, const Shape& shape);
   // Allocates every declared parameter not yet materialized (zeros, requires_grad as declared)
   // and sets each tensor's name to its full dotted name relative to this module.
@@ -148,14 +154,27 @@ public:
   // not on which other parameters exist or on their order. Same seed -> same values. Parameters
   // are filled in parallel (OpenMP): custom rules must not share mutable state.
   void initialize(Rng& rng);
+  // The same values for a model whose parameters are held in parts (tensor parallelism, FSDP):
+  // for a parameter that `part_of(name)` names, the rule draws the whole tensor's values in
+  // their order, in chunks of dim-0 rows that are handed to `keep` and dropped, so a rank
+  // never holds more of it than its part and a chunk (a custom rule fills one whole tensor).
+  struct InitPart {
+    Shape whole_shape;
+    // Copies what this rank holds of whole rows [row_begin, row_begin + rows.size(0)) into
+    // `local` (the parameter as allocated).
+    std::function<void(Tensor& local, int64_t row_begin, const Tensor& rows)> keep;
+  };
+  using PartOf = std::function<std::optional<InitPart>(const std::string& name)>;
+  void initialize(Rng& rng, const PartOf& part_of);
 
 protected:
   void add_child(const std::string& name, std::shared_ptr<Module> child);
 
 private:
   struct Slot {
-    ParameterSpec spec; // spec.name is the local name
-    Tensor tensor;      // undefined until materialized
+    ParameterSpec spec;               // spec.name is the local name
+    std::optional<Shape> local_shape; // what materialize() allocates, when not spec.shape
+    Tensor tensor;                    // undefined until materialized
   };
   struct SlotRef {
     std::string full_name;

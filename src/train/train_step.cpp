@@ -90,11 +90,9 @@ void guard_step(StepScalars& s, double max_norm) {
 } // namespace
 
 void apply_freezing(const TrainConfig& config, model::CausalLM& model) {
-  for (const auto& p : model.named_parameters())
-    if (!group_settings(config, model.param_role(p.name).group).trained) {
-      Tensor param = p.tensor;
-      param.set_requires_grad(false);
-    }
+  for (const nn::ParameterSpec& p : model.parameter_specs()) // described or built
+    if (!group_settings(config, model.param_role(p.name).group).trained)
+      model.set_trainable(p.name, false);
 }
 
 TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model,

@@ -22,6 +22,7 @@
 #include "parallel/parallelize.h"
 #include "parallel/watchdog.h"
 #include "src/base/check.h"
+#include "src/base/env.h"
 #include "src/base/logging.h"
 #include "src/core/allocator.h"
 #include "src/core/autograd.h"
@@ -84,22 +85,41 @@ std::string tokenizer_dir(const std::string& path) {
   return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
 }
 
-// Describe (a preset or the snapshot's config.json), then initialize (random_init, presets) or
-// load the snapshot's weights, on the host, and freeze; parallelize() comes after.
-std::shared_ptr<model::CausalLM> build_model(const TrainConfig& c, const io::Tokenizer& tok,
-                                             Rng& rng) {
-  const TrainingOptions& t = c.training;
+// Where the starting weights come from.
+enum class WeightSource { init, checkpoint, hf_snapshot };
+
+WeightSource weight_source(const TrainConfig& c) {
+  if (c.training.random_init || !c.model.preset.empty()) return WeightSource::init;
+  // The weights of a checkpoint, not its state.
+  if (is_checkpoint_dir(c.model.model_dir)) return WeightSource::checkpoint;
+  return WeightSource::hf_snapshot;
+}
+
+// Describes the model (a preset or the snapshot's config.json) and freezes what the config
+// freezes (before FSDP: frozen parameters are not sharded). Only a checkpoint's weights are
+// loaded here, whole on the host (their reader does not yet read by parts); initialization and
+// HF snapshots fill the model after parallelize(), each rank its own parts (fill_weights).
+std::shared_ptr<model::CausalLM> describe_for_training(const TrainConfig& c,
+                                                       const io::Tokenizer& tok) {
   std::shared_ptr<model::CausalLM> m = describe_model(c, tok);
   VLM_CHECK(tok.vocab_size() <= m->vocab_size(), "the tokenizer '", c.model.tokenizer, "' has ",
             tok.vocab_size(), " tokens but the model's vocab_size is ", m->vocab_size());
-  if (t.random_init || !c.model.preset.empty())
-    m->init_weights(rng);
-  else if (is_checkpoint_dir(c.model.model_dir)) // the weights of a checkpoint, not its state
-    load_checkpoint_weights(*m, c.model.model_dir);
-  else
-    m->stored() = model::load_hf_weights(*m, c.model.model_dir, m->carried_prefixes());
-  apply_freezing(c, *m); // before FSDP: frozen parameters are not sharded
+  if (weight_source(c) == WeightSource::checkpoint) load_checkpoint_weights(*m, c.model.model_dir);
+  apply_freezing(c, *m);
   return m;
+}
+
+// Initializes or loads the parallelized model's parts (`layouts`: those not whole on this rank):
+// the same values on every rank as one process would have, drawn or read by parts.
+void fill_weights(const TrainConfig& c, model::CausalLM& m,
+                  const std::map<std::string, parallel::ParamLayout>& layouts, Rng& rng) {
+  switch (weight_source(c)) {
+  case WeightSource::init: m.initialize(rng, parallel::init_parts(layouts)); return;
+  case WeightSource::hf_snapshot:
+    m.stored() = model::load_hf_weights(m, c.model.model_dir, m.carried_prefixes(), &layouts);
+    return;
+  case WeightSource::checkpoint: return; // loaded before parallelize()
+  }
 }
 
 // micro_batch_rows rows from the loader as one micro-batch, with the rows' token counts and
@@ -223,12 +243,15 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   data_->dp_rank = mesh_->dp_rank();
   data_->dp_world = shape.dp();
   state_.rng = Rng(uint64_t(t.seed));
-  model_ = build_model(c, data_->tokenizer, state_.rng); // the same values on every rank
-  // Tensor parallelism by the family's plan, activation checkpointing, FSDP when there is more
-  // than one data-parallel rank, on the device.
+  // Describe -> shard -> allocate -> load (DESIGN.md §2.1): tensor parallelism by the family's
+  // plan, activation checkpointing, FSDP when there is more than one data-parallel rank, on the
+  // device; then each rank fills only its parts (the same values on every rank as one process).
+  model_ = describe_for_training(c, data_->tokenizer);
   parallel::ParallelizeOptions options = parallelize_options(c);
   if (shape.tp > 1) options.tp_plan = model::tp_plan(*model_);
   parallel_ = parallel::parallelize(*model_, model_->blocks(), *mesh_, options, device_);
+  state_.layouts = parallel_.param_layouts();
+  fill_weights(c, *model_, state_.layouts, state_.rng);
   if (const parallel::TensorParallel* tp = parallel_.tensor_parallel();
       tp && !tp->left_whole().empty() && rank0())
     log_info("tensor parallel: ", tp->left_whole().size(), " projections left whole on every rank ",
@@ -248,7 +271,6 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   state_.schedule = &stepper_->schedule();
   state_.loader = data_->train.get();
   state_.dp = dp_group();
-  state_.layouts = parallel_.param_layouts();
   seed_masters(*model_, stepper_->optimizer(), state_.layouts);
   resume();
   metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
@@ -642,18 +664,22 @@ TrainSummary Trainer::run() {
   const TrainSummary& s = summary_;
   const double train_s = now_seconds() - train_start_seconds_;
   const MemoryStats mem = allocator_for(device_).stats();
+  summary_.peak_rss_bytes =
+      mesh_->world().all_reduce_value(peak_rss_bytes(), parallel::ReduceOp::max);
   if (!rank0()) return s;
   std::printf("train done: %lld steps in %s, loss %.4f -> %.4f", (long long)s.steps,
               format_duration(s.seconds).c_str(), s.first_loss, s.last_loss);
   if (s.eval_loss >= 0)
     std::printf(", eval loss %.4f (ppl %.2f)", s.eval_loss, std::exp(s.eval_loss));
   std::printf("\n  %lld real tokens (%.1f%% padding), %.0f tokens/s, peak tensor memory %.1f MiB, "
-              "%lld skipped steps\n  checkpoint %s%s%s, metrics %s\n",
+              "peak RSS %.1f MiB (the largest rank's), %lld skipped steps\n  checkpoint "
+              "%s%s%s, metrics %s\n",
               (long long)s.real_tokens,
               100.0 * double(s.padded_tokens) /
                   double(std::max<int64_t>(1, s.real_tokens + s.padded_tokens)),
               double(s.real_tokens) / std::max(train_s, 1e-9), double(mem.peak_bytes) / (1 << 20),
-              (long long)s.skipped_steps, s.final_checkpoint.c_str(),
+              double(s.peak_rss_bytes) / (1 << 20), (long long)s.skipped_steps,
+              s.final_checkpoint.c_str(),
               s.hf_snapshot.empty() || s.hf_snapshot == s.final_checkpoint ? "" : ", HF snapshot ",
               s.hf_snapshot == s.final_checkpoint ? "" : s.hf_snapshot.c_str(),
               config_.logging.metrics_file.c_str());

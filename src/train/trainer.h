@@ -65,6 +65,7 @@ struct TrainSummary {
   std::string final_checkpoint; // folder of the last checkpoint written
   std::string hf_snapshot;      // folder of the last HF snapshot written (may be the same)
   int stop_signal = 0;          // SIGTERM / SIGUSR1 / SIGINT that stopped the run early, or 0
+  int64_t peak_rss_bytes = 0;   // host memory: the largest peak resident set of any rank
 };
 
 class Trainer {

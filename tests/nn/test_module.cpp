@@ -358,9 +358,65 @@ TEST_CASE("module: replace_parameter swaps a parameter's tensor everywhere it is
   CHECK(shard.name() == "embed.weight");
   CHECK(names_of(m) == std::vector<std::string>{"embed.weight"});
   CHECK_THROWS_WITH(m.replace_parameter("embed.wieght", shard), Contains("embed.weight"));
+  // A parameter only declared is materialized as the given tensor (FSDP allocates its shards).
   Module lazy;
   lazy.declare_parameter("w", {2}, Init::zeros());
-  CHECK_THROWS_WITH(lazy.replace_parameter("w", shard), Contains("not materialized"));
+  lazy.replace_parameter("w", shard);
+  CHECK(lazy.param("w").same(shard));
+  CHECK(lazy.parameter_specs()[0].materialized);
+}
+
+TEST_CASE("module: a local shape changes what is allocated, not what is declared", "[nn]") {
+  Module m;
+  m.declare_parameter("w", {8, 3}, Init::normal(1.0));
+  m.declare_parameter("b", {8}, Init::zeros());
+  m.set_local_shape("w", {4, 3});
+  m.set_trainable("b", false);
+  const auto specs = m.parameter_specs();
+  CHECK(specs[0].shape == Shape{8, 3});
+  CHECK(specs[0].local_shape == Shape{4, 3});
+  CHECK(!specs[1].trainable);
+  CHECK(m.num_parameters() == 32); // the model's count, not this rank's
+  m.materialize();
+  CHECK(m.param("w").shape() == Shape{4, 3});
+  CHECK(!m.param("b").requires_grad());
+  CHECK_THROWS_WITH(m.set_local_shape("w", {2, 3}), Contains("already materialized"));
+  CHECK_THROWS_WITH(m.set_trainable("x", false), Contains("no parameter named 'x'"));
+}
+
+TEST_CASE("module: initializing by parts draws the whole tensor's values", "[nn]") {
+  // A [3000, 700] normal weight spans several of the initializer's chunks (about 1M values);
+  // this "rank" keeps rows [1234, 2500) and the whole bias. Custom rules see the whole tensor.
+  auto build = [](Module& m) {
+    m.declare_parameter("w", {3000, 700}, Init::normal(0.02));
+    m.declare_parameter("c", {6}, Init::custom([](Tensor& t, Rng& rng) {
+                          const double scale = double(t.size(0)); // the whole tensor's
+                          copy_(t, Tensor::uniform(t.shape(), rng, 0.0, scale, DType::f64));
+                        }));
+  };
+  Module whole, part;
+  build(whole);
+  build(part);
+  whole.materialize();
+  part.set_local_shape("w", {1266, 700});
+  part.set_local_shape("c", {2});
+  part.materialize();
+  Rng a(5), b(5);
+  whole.initialize(a);
+  part.initialize(b, [](const std::string& name) -> std::optional<Module::InitPart> {
+    const int64_t lo = name == "w" ? 1234 : 4, n = name == "w" ? 1266 : 2;
+    return Module::InitPart{name == "w" ? Shape{3000, 700} : Shape{6},
+                            [lo, n](Tensor& local, int64_t row_begin, const Tensor& rows) {
+                              const int64_t a0 = std::max(lo, row_begin);
+                              const int64_t e = std::min(lo + n, row_begin + rows.size(0));
+                              if (a0 >= e) return;
+                              Tensor dst = slice(local, 0, a0 - lo, e - lo);
+                              copy_(dst, slice(rows, 0, a0 - row_begin, e - row_begin));
+                            }};
+  });
+  CHECK(a.next_u64() == b.next_u64());
+  CHECK(part.param("w").to_doubles() == slice(whole.param("w"), 0, 1234, 2500).to_doubles());
+  CHECK(part.param("c").to_doubles() == slice(whole.param("c"), 0, 4, 6).to_doubles());
 }
 
 TEST_CASE("module: to() keeps each parameter's gradient dtype", "[nn]") {
