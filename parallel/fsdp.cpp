@@ -23,6 +23,29 @@ Tensor flat_slice(const Tensor& flat, int64_t begin, int64_t n) {
 
 std::string mib(int64_t bytes) { return detail::str_cat(double(bytes) / double(1 << 20), " MiB"); }
 
+// A parameter as this rank holds it before FSDP: materialized (its values; tensor parallelism
+// may have split it), or only declared (its shape after the local shape TP set).
+struct LocalParam {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  bool trainable;
+  Tensor value; // undefined when only declared
+};
+
+std::vector<LocalParam> local_params(const nn::Module& m) {
+  std::vector<LocalParam> out;
+  for (const nn::ParameterSpec& spec : m.parameter_specs()) {
+    if (spec.materialized) {
+      const Tensor t = m.find_parameter(spec.name);
+      out.push_back({spec.name, t.shape(), t.dtype(), t.requires_grad(), t});
+    } else {
+      out.push_back({spec.name, spec.local_shape, spec.dtype, spec.trainable, {}});
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 // One trainable parameter of a unit: its whole shape, its rows on this rank, where it lives in the
@@ -58,6 +81,10 @@ struct FsdpUnit {
   Tensor whole_grad;
   std::vector<char> whole_grad_holds; // per parameter: its slot in whole_grad holds a gradient
   Tensor full_buffer; // [full_numel] dtype; released while sharded (the flat shard if 1 rank)
+  // One parameter over several ranks: [rank][shard] order is its row order, so it is gathered
+  // straight into full_buffer ([ranks x shard_numel], the padding rows last) and, without
+  // padding, reduce-scattered straight from its gradient: no staging copy of the whole tensor.
+  bool direct = false;
   State state = State::sharded;
   std::unique_ptr<Work> gather_work;
   Tensor gather_recv;
@@ -115,7 +142,9 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
   FsdpOptions options;
   Device device;
   int ranks = 1, rank = 0;
-  std::vector<std::unique_ptr<FsdpUnit>> units; // units[0] = the root
+  // units[0] = the root; then the root's large parameters, a unit each; then the blocks.
+  std::vector<std::unique_ptr<FsdpUnit>> units;
+  int first_block = 1; // the first block's unit
   int64_t frozen_bytes = 0;
 
   // The micro-step.
@@ -125,6 +154,7 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
     FsdpUnit* unit;
     std::unique_ptr<Work> work;
     Tensor out, send;
+    bool into_grad = false; // out is the flat gradient (nothing to add)
   };
   std::optional<PendingReduce> pending;
   struct PendingReplicate {
@@ -140,26 +170,29 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
 
   // --- building ----------------------------------------------------------------------------------
 
+  // `value`: the parameter's values, or undefined for a parameter only declared (its shards stay
+  // zero until a loader fills them); `shape`: what this rank would hold without FSDP.
   void add_param(FsdpUnit& u, const std::string& full_name, nn::Module* owner,
-                 const std::string& local_name, const Tensor& value) {
+                 const std::string& local_name, const Shape& shape, DType dtype,
+                 const Tensor& value) {
     if (u.params.empty())
-      u.dtype = value.dtype();
+      u.dtype = dtype;
     else
-      VLM_CHECK(value.dtype() == u.dtype, "FSDP unit ", u.name, ": parameter ", full_name, " is ",
-                dtype_name(value.dtype()), " but ", u.params[0].name, " is ", dtype_name(u.dtype),
+      VLM_CHECK(dtype == u.dtype, "FSDP unit ", u.name, ": parameter ", full_name, " is ",
+                dtype_name(dtype), " but ", u.params[0].name, " is ", dtype_name(u.dtype),
                 " (one dtype per unit)");
     ShardedParam p;
     p.name = full_name;
     p.owner = owner;
     p.local_name = local_name;
-    p.full_shape = value.shape();
-    p.rows = value.dim() == 0 ? 1 : value.size(0);
-    p.row_numel = p.rows == 0 ? 0 : value.numel() / p.rows;
+    p.full_shape = shape;
+    p.rows = shape.empty() ? 1 : shape[0];
+    p.row_numel = p.rows == 0 ? 0 : vlm::numel(shape) / p.rows;
     p.shard_rows = ceil_div(p.rows, ranks);
     p.shard_offset = u.shard_numel;
     p.full_offset = u.full_numel;
     u.shard_numel += p.shard_rows * p.row_numel;
-    u.full_numel += value.numel();
+    u.full_numel += vlm::numel(shape);
     p.full = value; // the whole value until the shards are cut from it
     u.params.push_back(std::move(p));
   }
@@ -175,7 +208,7 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
     for (ShardedParam& p : u.params) {
       const int64_t lo = std::min(p.rows, int64_t(rank) * p.shard_rows);
       const int64_t hi = std::min(p.rows, lo + p.shard_rows);
-      if (hi > lo) {
+      if (hi > lo && p.full.defined()) {
         Tensor dst = flat_slice(u.flat_shard, p.shard_offset, (hi - lo) * p.row_numel);
         copy_(dst, flat_slice(reshape(p.full.detach().contiguous(), {p.rows * p.row_numel}),
                               lo * p.row_numel, (hi - lo) * p.row_numel));
@@ -193,8 +226,9 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
       u.full_buffer = u.flat_shard; // the shards are the whole parameters
       for (ShardedParam& p : u.params) p.full_offset = p.shard_offset;
     } else {
-      u.full_buffer = Tensor::empty({u.full_numel}, u.dtype, device);
-      u.full_buffer.impl().storage->release();
+      u.direct = u.params.size() == 1;
+      u.full_buffer =
+          Tensor::released({u.direct ? ranks * u.shard_numel : u.full_numel}, u.dtype, device);
     }
   }
 
@@ -206,7 +240,12 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
       u.state = FsdpUnit::State::unsharded;
       return;
     }
-    u.gather_recv = Tensor::empty({ranks * u.shard_numel}, u.dtype, device);
+    if (u.direct) {
+      u.full_buffer.impl().storage->reacquire();
+      u.gather_recv = u.full_buffer;
+    } else {
+      u.gather_recv = Tensor::empty({ranks * u.shard_numel}, u.dtype, device);
+    }
     u.gather_work = shard.all_gather_async(u.gather_recv, u.flat_shard);
     u.state = FsdpUnit::State::gathering;
   }
@@ -217,6 +256,11 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
     if (u.state != FsdpUnit::State::gathering) return;
     u.gather_work->wait();
     u.gather_work.reset();
+    if (u.direct) { // gathered in place
+      u.gather_recv = Tensor();
+      u.state = FsdpUnit::State::unsharded;
+      return;
+    }
     NoGradGuard no_grad;
     u.full_buffer.impl().storage->reacquire();
     const int64_t S = u.shard_numel;
@@ -278,7 +322,7 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
   }
 
   void prefetch(int index) {
-    if (!options.prefetch || index < 1 || index >= int(units.size())) return;
+    if (!options.prefetch || index < first_block || index >= int(units.size())) return;
     start_gather(*units[size_t(index)]);
   }
 
@@ -344,7 +388,11 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
   // reduction — with one rank the flat gradient (zeroed on a step's first micro-step: beta = 1),
   // else whole_grad (beta = 0 for a slot that holds nothing yet). False for any other unit.
   bool write_grad_directly(FsdpUnit& u, size_t i, const GradWriter& write) {
-    if (u.dtype != DType::bf16 || u.grad_dtype != DType::f32 || i >= u.params.size()) return false;
+    const bool mixed = u.dtype == DType::bf16 && u.grad_dtype == DType::f32;
+    // An f32 unit of one parameter (the embedding, its tied head) takes every gradient into
+    // whole_grad and reduces from there: one whole-size gradient, not one per use plus their sum.
+    const bool own_buffer = u.direct && u.dtype == DType::f32;
+    if (!(mixed || own_buffer) || i >= u.params.size()) return false;
     NoGradGuard no_grad;
     if (ranks == 1) {
       Tensor slot = param_slot(u, u.flat_grad, i);
@@ -407,6 +455,7 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
   void post_backward(FsdpUnit& u, const std::vector<Tensor>& grads) {
     NoGradGuard no_grad;
     finish_pending(); // at most one reduce-scatter in flight
+    reshard(u);       // its backward is done: the whole parameters' memory serves the reduction
     const bool sync = last || options.reduce_every_micro_step;
     if (ranks == 1) {
       pack_add(u, grads, u.flat_grad); // the shard is the whole gradient: no reduce-scatter
@@ -414,19 +463,25 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
     } else if (!sync) {
       add_to_whole_grad(u, grads); // reduced on the last micro-step
     } else {
-      Tensor send = Tensor::zeros({ranks * u.shard_numel}, u.reduce_dtype, device);
-      if (u.whole_grad.defined()) { // earlier micro-steps' or direct writes: sum in f32, then pack
-        add_to_whole_grad(u, grads);
-        pack_add(u, whole_grad_slots(u), send);
-        u.whole_grad = Tensor();
+      // Earlier micro-steps' gradients and direct writes are summed in whole_grad (f32) first.
+      if (u.whole_grad.defined()) add_to_whole_grad(u, grads);
+      const std::vector<Tensor> sources = u.whole_grad.defined() ? whole_grad_slots(u) : grads;
+      u.whole_grad = Tensor();
+      const ShardedParam& p0 = u.params[0];
+      Tensor send;
+      if (u.direct && sources[0].defined() && sources[0].dtype() == u.reduce_dtype &&
+          sources[0].is_contiguous() && p0.rows == int64_t(ranks) * p0.shard_rows) {
+        send = reshape(sources[0], {ranks * u.shard_numel}); // its rows are [rank][shard] order
       } else {
-        pack_add(u, grads, send);
+        send = Tensor::zeros({ranks * u.shard_numel}, u.reduce_dtype, device);
+        pack_add(u, sources, send);
       }
-      Tensor out = Tensor::empty({u.shard_numel}, u.reduce_dtype, device);
-      pending = PendingReduce{&u, shard.reduce_scatter_async(out, send), out, send};
+      // A step's first reduction lands in the (zero) flat gradient itself when the dtypes agree.
+      const bool into_grad = first && u.reduce_dtype == u.grad_dtype;
+      Tensor out = into_grad ? u.flat_grad : Tensor::empty({u.shard_numel}, u.reduce_dtype, device);
+      pending = PendingReduce{&u, shard.reduce_scatter_async(out, send), out, send, into_grad};
     }
     u.reduced = true;
-    reshard(u);
   }
 
   // The reduced shard into the flat gradient; on the last micro-step, to the replicas.
@@ -434,7 +489,7 @@ struct Fsdp::Impl : std::enable_shared_from_this<Fsdp::Impl> {
     if (!pending) return;
     pending->work->wait();
     FsdpUnit& u = *pending->unit;
-    add_(u.flat_grad, pending->out.to(u.grad_dtype));
+    if (!pending->into_grad) add_(u.flat_grad, pending->out.to(u.grad_dtype));
     pending.reset();
     if (last) start_replicate(u);
   }
@@ -486,7 +541,7 @@ Fsdp::Fsdp(nn::Module& root, const std::vector<nn::Module*>& blocks, ProcessGrou
   // Where each block sits under the root.
   std::map<const nn::Module*, std::string> paths;
   for (const auto& [path, module] : root.named_modules()) paths.emplace(module, path);
-  std::unordered_set<const TensorImpl*> claimed;
+  std::unordered_set<std::string> claimed; // full names (a tied parameter is listed once)
   auto unit = std::make_unique<FsdpUnit>();
   unit->name = "root";
   m.units.push_back(std::move(unit));
@@ -498,21 +553,41 @@ Fsdp::Fsdp(nn::Module& root, const std::vector<nn::Module*>& blocks, ProcessGrou
     u->name = it->second;
     u->module = blocks[b];
     u->index = int(m.units.size());
-    for (const auto& np : blocks[b]->named_parameters()) {
-      if (!claimed.insert(np.tensor.impl_ptr().get()).second) continue;
-      if (!np.tensor.requires_grad()) continue; // frozen: stays whole, never communicated
-      m.add_param(*u, it->second + "." + np.name, blocks[b], np.name, np.tensor);
+    for (const LocalParam& p : local_params(*blocks[b])) {
+      if (!claimed.insert(it->second + "." + p.name).second) continue;
+      if (!p.trainable) continue; // frozen: stays whole, never communicated
+      m.add_param(*u, it->second + "." + p.name, blocks[b], p.name, p.shape, p.dtype, p.value);
     }
     m.units.push_back(std::move(u));
   }
-  for (const auto& np : root.named_parameters()) {
-    if (!np.tensor.requires_grad()) {
-      m.frozen_bytes += int64_t(np.tensor.nbytes());
+  std::vector<LocalParam> root_params;
+  int64_t root_elements = 0;
+  for (const LocalParam& p : local_params(root)) {
+    if (!p.trainable) {
+      m.frozen_bytes += vlm::numel(p.shape) * int64_t(dtype_size(p.dtype));
       continue;
     }
-    if (!claimed.insert(np.tensor.impl_ptr().get()).second) continue;
-    m.add_param(*m.units[0], np.name, &root, np.name, np.tensor);
+    if (!claimed.insert(p.name).second) continue;
+    root_params.push_back(p);
+    root_elements += vlm::numel(p.shape);
   }
+  // A root parameter with a quarter of the root's elements or more (the embedding, an untied
+  // head) is a unit of its own: gathered and reduced in place (FsdpUnit::direct), it never needs
+  // a second whole-size buffer, which for a 150k-token vocabulary is hundreds of MiB.
+  std::vector<std::unique_ptr<FsdpUnit>> own;
+  for (const LocalParam& p : root_params) {
+    if (root_params.size() > 1 && 4 * vlm::numel(p.shape) >= root_elements) {
+      own.push_back(std::make_unique<FsdpUnit>());
+      own.back()->name = p.name;
+      m.add_param(*own.back(), p.name, &root, p.name, p.shape, p.dtype, p.value);
+    } else {
+      m.add_param(*m.units[0], p.name, &root, p.name, p.shape, p.dtype, p.value);
+    }
+  }
+  m.first_block = int(1 + own.size());
+  m.units.insert(m.units.begin() + 1, std::make_move_iterator(own.begin()),
+                 std::make_move_iterator(own.end()));
+  for (size_t i = 0; i < m.units.size(); i++) m.units[i]->index = int(i);
   for (auto& u : m.units) {
     m.shard_unit(*u);
     u->reshard_after_forward = options.reshard_after_forward;
@@ -520,7 +595,7 @@ Fsdp::Fsdp(nn::Module& root, const std::vector<nn::Module*>& blocks, ProcessGrou
   // The last block's backward comes right after the forward: keep it whole (torchtitan does).
   if (m.units.size() > 1) m.units.back()->reshard_after_forward = false;
   std::weak_ptr<Impl> weak = impl_;
-  for (size_t i = 1; i < m.units.size(); i++) {
+  for (size_t i = size_t(m.first_block); i < m.units.size(); i++) {
     FsdpUnit* u = m.units[i].get();
     if (u->params.empty()) continue; // a frozen block: nothing to gather
     u->wrapper = u->module->add_forward_wrapper(
@@ -553,12 +628,16 @@ void Fsdp::begin_micro_step(bool first, bool last) {
         p.shard.set_grad(u->flat_grad.as_strided(p.shard.shape(), p.shard.strides(),
                                                  u->flat_grad.offset() + p.shard_offset));
     }
-  FsdpUnit& root = *m.units[0];
-  m.finish_gather(root);
-  m.make_whole(root, GradMode::is_enabled() && !root.params.empty());
-  m.swap_in(root);
-  m.forward_order = {&root};
-  m.prefetch(1);
+  m.forward_order.clear();
+  for (int i = 0; i < m.first_block; i++) m.start_gather(*m.units[size_t(i)]);
+  for (int i = 0; i < m.first_block; i++) { // whole until their backward ends
+    FsdpUnit& u = *m.units[size_t(i)];
+    m.finish_gather(u);
+    m.make_whole(u, GradMode::is_enabled() && !u.params.empty());
+    m.swap_in(u);
+    m.forward_order.push_back(&u);
+  }
+  m.prefetch(m.first_block);
 }
 
 void Fsdp::end_micro_step() {

@@ -9,11 +9,16 @@
 // on every rank and are never communicated.
 //
 // Units. Each of `blocks` (decoder layers, vision blocks) is one unit; the root unit is every
-// other trainable parameter (embeddings, final norm, head, patch embedding, mergers).
+// other trainable parameter (embeddings, final norm, head, patch embedding, mergers), except that
+// a root parameter with a quarter of the root's elements or more (the embedding, an untied head)
+// is a root unit of its own: a unit of one parameter is all-gathered straight into its whole
+// buffer and reduce-scattered straight from its gradient, so a 150k-token embedding never needs
+// a second whole-size staging buffer. Root units stay whole from the start of a micro-step until
+// their backward ends.
 //
 // One micro-step, as the training step drives it (begin_micro_step ... backward ...
 // end_micro_step):
-//   forward   the root unit is all-gathered first and stays whole until its backward ends; each
+//   forward   the root units are all-gathered first and stay whole until their backward ends; each
 //             block unit is all-gathered by a forward wrapper (nn::Module::call) — prefetched
 //             while the previous block computes — its parameters swapped in by replace_parameter
 //             as the outputs of a "gather" autograd node, and resharded after the block
@@ -30,6 +35,8 @@
 //             unsharded bf16 parameter's f32 .grad) — the flat gradient with one rank, else a
 //             whole-gradient buffer that is packed from — so no micro-batch's gradient is
 //             rounded to bf16 before the reduction (which rounds once with a bf16 reduce_dtype);
+//             an f32 unit of one parameter takes them the same way, so a tied embedding's two
+//             gradients (the head's, the lookup's) add up in one whole-size buffer;
 //   end       every reduction is finished and added into the units' flat gradient (fp32; f64
 //             for f64 models), which is the .grad of the shard leaves; on the last micro-step of
 //             a step, replicas (dp_replicate > 1: HSDP, or DDP when dp_shard = 1) all-reduce it.

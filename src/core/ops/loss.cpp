@@ -12,6 +12,7 @@
 #include "src/core/autograd.h"
 #include "src/core/device_errors.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/elementwise.h"
 #include "src/core/ops/weight_grad_gemm.h"
 
 namespace vlm {
@@ -243,14 +244,17 @@ void lce_bwd_cpu(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const T
       g.trans_a = true;
       kernels::cpu::gemm<T>(dw + v0 * s.h, dl.data(), x, g);
     }
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, float>)
       if (dw32) { // the same product into an f32 .grad (accumulate_weight_grad), beta as given
         kernels::cpu::GemmShape g;
         g.M = c;
         g.N = s.h;
         g.K = s.n;
         g.trans_a = true;
-        kernels::cpu::gemm_bf16_f32(dw32 + v0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
+        if constexpr (std::is_same_v<T, bf16>)
+          kernels::cpu::gemm_bf16_f32(dw32 + v0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
+        else // an f32 head whose gradient FSDP keeps in its own buffer
+          kernels::cpu::gemm<float>(dw32 + v0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
       }
     if (dx) { // dx_acc[N, H] += dl w[v0:v0+c]
       kernels::cpu::GemmShape g;
@@ -347,6 +351,10 @@ void lce_bwd_cuda(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const 
         g.trans_a = true;
         weight_grad_gemm(dw32 + v0 * s.h, dl.data<T>(), x, g, dw32_beta, device);
       }
+    if constexpr (std::is_same_v<T, float>)
+      if (dw32) // an f32 head whose gradient FSDP keeps in its own buffer: dw's product, beta given
+        kernels::cuda::gemm(dw32 + v0 * s.h, GemmType::f32, dl.data<T>(), x, GemmType::f32, c, s.h,
+                            s.n, true, false, 1.f, dw32_beta, 1, 0, 0, 0, stream);
     if (dx)
       kernels::cuda::gemm(acc, GemmType::f32, dl.data<T>(), w + v0 * s.h, gemm_type<T>(), s.n, s.h,
                           c, false, false, 1.f, v0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, stream);
@@ -389,11 +397,20 @@ struct LinearCrossEntropyBackward final : Node {
       });
     };
     // A bf16 lm_head whose .grad accumulates in f32 gets its gradient in fp32 straight from the
-    // GEMMs (autograd's accumulate_weight_grad), as a Linear's weight does.
-    const bool direct =
-        needs_input_grad(1) && accumulate_weight_grad(next_edges[1], [&](Tensor& acc, float beta) {
-          run(acc.data<float>(), beta);
-        });
+    // GEMMs (autograd's accumulate_weight_grad), as a Linear's weight does; so does an f32 head
+    // whose gradient FSDP keeps in a buffer of its own (f64 heads never take direct writes).
+    const bool direct = needs_input_grad(1) && weight.dtype() != DType::f64 &&
+                        accumulate_weight_grad(next_edges[1], [&](Tensor& acc, float beta) {
+                          if (beta == 0.f || acc.dtype() != weight.dtype())
+                            return run(acc.data<float>(), beta);
+                          // Added to an f32 gradient already there: the gradient on its own, then
+                          // the sum, as autograd would add it (a GEMM accumulating into acc rounds
+                          // otherwise).
+                          dw = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+                          run(nullptr, 0.f);
+                          add_(acc, dw);
+                          dw = Tensor();
+                        });
     if (!direct) {
       if (needs_input_grad(1)) dw = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
       run(nullptr, 0.f);

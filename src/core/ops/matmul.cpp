@@ -6,6 +6,7 @@
 #include "kernels/gemm.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/common.h"
+#include "src/core/ops/elementwise.h"
 #include "src/core/ops/reduce.h"
 #include "src/core/ops/shape_ops.h"
 #include "src/core/ops/weight_grad_gemm.h"
@@ -57,6 +58,18 @@ GemmShape mm(int64_t M, int64_t N, int64_t K, bool ta = false, bool tb = false) 
   return s;
 }
 
+// A weight gradient written straight into `acc` (accumulate_weight_grad). Added (beta = 1) to one
+// of its own dtype already there (FSDP's gradient buffer of an f32 unit): the product on its own,
+// then the sum, which is what autograd's sum of two gradients gives (a GEMM accumulating into
+// acc rounds otherwise). Into an f32 buffer of a bf16 weight: the GEMM accumulates, as always.
+void write_weight_grad(Tensor& acc, const Tensor& a, const Tensor& b, const GemmShape& s,
+                       float beta) {
+  if (beta == 0.f || acc.dtype() != a.dtype()) return gemm(acc, a, b, s, beta);
+  Tensor product = Tensor::empty(acc.shape(), acc.dtype(), acc.device());
+  gemm(product, a, b, s, 0.f);
+  add_(acc, product);
+}
+
 struct MatmulBackward final : Node {
   Tensor a, b; // contiguous
   const char* name() const override { return "MatmulBackward"; }
@@ -73,7 +86,7 @@ struct MatmulBackward final : Node {
       }
       if (needs_input_grad(1)) {
         const GemmShape s = mm(K, N, rows, true, false); // a^T [K,rows] · g
-        auto write = [&](Tensor& acc, float beta) { gemm(acc, a, g, s, beta); };
+        auto write = [&](Tensor& acc, float beta) { write_weight_grad(acc, a, g, s, beta); };
         if (!accumulate_weight_grad(next_edges[1], write)) {
           gb = Tensor::empty(b.shape(), b.dtype(), b.device());
           write(gb, 0.f);
@@ -123,7 +136,7 @@ struct LinearBackward final : Node {
     // added into .grad (accumulate_weight_grad); anything else gets it returned in its dtype.
     if (needs_input_grad(1)) {
       const GemmShape s = mm(out, in, rows, true, false); // g^T · x
-      auto write = [&](Tensor& acc, float beta) { gemm(acc, g, x2, s, beta); };
+      auto write = [&](Tensor& acc, float beta) { write_weight_grad(acc, g, x2, s, beta); };
       if (!accumulate_weight_grad(next_edges[1], write)) {
         gw = Tensor::empty(w.shape(), w.dtype(), w.device());
         write(gw, 0.f);
@@ -133,7 +146,8 @@ struct LinearBackward final : Node {
       // The column sums of g as the product ones[1, rows] · g, so that they too reach .grad
       // unrounded.
       auto write = [&](Tensor& acc, float beta) {
-        gemm(acc, Tensor::ones({rows}, g.dtype(), g.device()), g, mm(1, out, rows), beta);
+        write_weight_grad(acc, Tensor::ones({rows}, g.dtype(), g.device()), g, mm(1, out, rows),
+                          beta);
       };
       if (!accumulate_weight_grad(next_edges[2], write)) gbias = sum(g, {0});
     }
