@@ -253,7 +253,7 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
               " on this rank but no layout says which part of ", shape_str(info.shape));
     Tensor value = to_tensor(info);
     read += int64_t(info.nbytes);
-    copy_(dst, value.to(dst.device()));
+    copy_(dst, value.to(dst.dtype()).to(dst.device())); // converted on the host
     if (exact_names.count(p.name)) stored.exact[p.name] = value;
   }
   for (const auto& [name, info] : snap.tensors)
