@@ -290,6 +290,16 @@ inline void fsdp_backward(parallel::Fsdp& fsdp, model::CausalLM& m,
   }
 }
 
+// Every parameter of a parallelized model whole, as one process holds it (collective).
+inline std::map<std::string, std::vector<double>> whole_params(const nn::Module& model,
+                                                               const parallel::Parallelized& p) {
+  std::map<std::string, std::vector<double>> out;
+  p.unshard_all();
+  for (const auto& np : model.named_parameters()) out[np.name] = np.tensor.to_doubles();
+  p.reshard_all();
+  return out;
+}
+
 // The training state of a parallelized model and its stepper at `step` (its layouts: FSDP rows and
 // TP parts), for the checkpoint tests.
 inline train::TrainState train_state(const ParallelFamilyModel& run, train::TrainStepper& stepper,

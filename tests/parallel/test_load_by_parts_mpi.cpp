@@ -48,14 +48,7 @@ struct Parts {
     parallelized = parallel::parallelize(*model, model->blocks(), mesh, o, Device::cpu());
     layouts = parallelized.param_layouts();
   }
-  // Every parameter whole, as one process holds it.
-  std::map<std::string, std::vector<double>> whole() {
-    std::map<std::string, std::vector<double>> out;
-    parallelized.unshard_all();
-    for (const auto& p : model->named_parameters()) out[p.name] = p.tensor.to_doubles();
-    parallelized.reshard_all();
-    return out;
-  }
+  std::map<std::string, std::vector<double>> whole() { return whole_params(*model, parallelized); }
 };
 
 std::string describe(const MeshShape& s) {

@@ -63,11 +63,7 @@ struct TpRun {
     CHECK(st.step == kStop);
   }
   std::map<std::string, std::vector<double>> whole_params() {
-    std::map<std::string, std::vector<double>> out;
-    parallelized.unshard_all();
-    for (const auto& p : model->named_parameters()) out[p.name] = p.tensor.to_doubles();
-    parallelized.reshard_all();
-    return out;
+    return testing::whole_params(*model, parallelized);
   }
 };
 
