@@ -5,7 +5,7 @@
 //       model's sizes, S = --seq tokens per rank, K = --steps timed steps after --warmup ones,
 //       --dtype f32|bf16, --device cpu|cuda, --layout fsdp|ddp|hsdp, --reshard 0|1, --prefetch 0|1,
 //       --tp T: a mesh of N / T data-parallel x T tensor-parallel ranks, tp innermost, --layout
-//       applying to the data-parallel part)
+//       applying to the data-parallel part; --sp 1: sequence parallelism in the TP group)
 //
 // Three timings, each the median over K steps (the higher middle one of an even K) of the slowest
 // rank (the first two interleaved step by step, so that drift in the machine's speed affects both
@@ -65,7 +65,7 @@ namespace {
 
 struct Options {
   bench::ModelSize size{256, 4, 4, 2, 64, 768, 8192};
-  int64_t seq = 512, steps = 6, warmup = 2, reshard = 1, prefetch = 1, tp = 1;
+  int64_t seq = 512, steps = 6, warmup = 2, reshard = 1, prefetch = 1, tp = 1, sp = 0;
   std::string dtype = "f32", device = "cpu", layout = "fsdp";
 };
 
@@ -88,6 +88,8 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({0, 1}));
   app.add_option("--tp", o.tp, "tensor-parallel ranks (innermost; must divide the ranks)")
       ->check(cli::at_least(1));
+  app.add_option("--sp", o.sp, "1: sequence parallelism (with --tp > 1)")
+      ->check(CLI::IsMember({0, 1}));
 }
 
 // One collective as a step issued it.
@@ -220,6 +222,7 @@ struct RunSpec {
   train::TrainConfig config;
   parallel::FsdpOptions fsdp;
   Device device;
+  bool sequence_parallel = false;
 
   // `tp`: null without tensor parallelism.
   Run make(ProcessGroup& shard, ProcessGroup* replicate, ProcessGroup& dp, ProcessGroup* tp) const {
@@ -229,6 +232,7 @@ struct RunSpec {
     r.model->init_weights(rng);
     parallel::ParallelizeOptions options{parallel::AcMode::off, fsdp};
     if (tp) options.tp_plan = model::tp_plan(*r.model);
+    options.sequence_parallel = tp && sequence_parallel;
     r.parallelized = parallel::parallelize(*r.model, r.model->blocks(),
                                            {&shard, replicate, &dp, tp}, options, device);
     r.stepper = std::make_unique<train::TrainStepper>(config, r.model,
@@ -301,9 +305,9 @@ double time_comm(const Options& o, ProcessGroup& world, Device device,
 
 // The collectives one rank runs per step over the tensor-parallel group (and its sub-groups),
 // counted from the model: Qwen3 with L layers, T = --seq tokens per rank, H hidden, D head dim,
-// Hkv KV heads, activations of s bytes (the parameter dtype), one micro-batch, no
-// sequence parallelism, no activation checkpointing (nothing recomputed), FSDP over dp_shard = S
-// ranks (the bench always shards, S = 1 included: gradients live in FSDP's f32 flat buffers):
+// Hkv KV heads, activations of s bytes (the parameter dtype), one micro-batch, no activation
+// checkpointing (nothing recomputed), FSDP over dp_shard = S ranks (the bench always shards,
+// S = 1 included: gradients live in FSDP's f32 flat buffers). Without sequence parallelism:
 //   forward   2L all-reduces of [T, H] (reduce_from_tp after o_proj and down_proj) and 1 for the
 //             vocabulary-parallel embedding's partial lookups:   (2L + 1) T H s
 //   backward  2L all-reduces of [T, H] (copy_to_tp at the attention input, q/k/v sharing one
@@ -318,7 +322,19 @@ double time_comm(const Options& o, ProcessGroup& world, Device device,
 //             2L x 4 ceil(D / S) H (more ranks than query heads is refused: o_proj's columns)
 //   norm      the squared gradient norm summed over tp: one f64 scalar, 8
 // The TP bytes per rank and step are the sum; the count of collectives is 6L + 5, plus 2L with
-// replicated KV heads.
+// replicated KV heads. With sequence parallelism (tensor sizes: an all-gather counts its output,
+// a reduce-scatter its input, both [T', H] with T' = T rounded up to a multiple of tp), each
+// all-reduce of a layer becomes an all-gather and a reduce-scatter, the same bytes on the wire
+// but twice the tensor bytes counted here:
+//   forward   the embedding's all-reduce (T H s); per layer an all-gather at the attention and
+//             the MLP input and a reduce-scatter after o_proj and down_proj (4L T' H s); the
+//             layers' output gathered for the final norm (T' H s)
+//   backward  the same four per layer, reversed (4L T' H s), and the layers' input gradient
+//             gathered (T' H s)
+//   loss      as above
+//   after     also input_layernorm and post_attention_layernorm: 2L x 4 ceil(H / S)
+//   backward
+// 12L + 7 collectives, plus 2L with replicated KV heads.
 struct TpTraffic {
   int64_t collectives = 0, bytes = 0;
 };
@@ -328,8 +344,16 @@ TpTraffic analytic_tp_traffic(const Options& o, DType dtype, const parallel::Mes
   const int64_t s = int64_t(dtype_size(dtype)), f32 = 4, f64 = 8;
   const int64_t d_shard = (D + shape.dp_shard - 1) / shape.dp_shard;
   TpTraffic a;
-  a.collectives = (2 * L + 1) + 2 * L + 3 + 2 * L + 1;
-  a.bytes = (2 * L + 1) * T * H * s + 2 * L * T * H * s;
+  if (o.sp) {
+    const int64_t T_padded = (T + shape.tp - 1) / shape.tp * shape.tp;
+    const int64_t h_shard = (H + shape.dp_shard - 1) / shape.dp_shard;
+    a.collectives = (4 * L + 2) + (4 * L + 1) + 3 + 4 * L + 1;
+    a.bytes = T * H * s + (8 * L + 2) * T_padded * H * s;
+    a.bytes += 2 * L * f32 * h_shard;
+  } else {
+    a.collectives = (2 * L + 1) + 2 * L + 3 + 2 * L + 1;
+    a.bytes = (2 * L + 1) * T * H * s + 2 * L * T * H * s;
+  }
   a.bytes += f32 * T + f32 * 2 * T + f32 * T * H;
   a.bytes += 2 * L * f32 * d_shard + f64;
   if (shape.tp > o.size.kv_heads) {
@@ -370,10 +394,10 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
   const Traffic tp = traffic(one_step, true), dp = traffic(one_step, false);
   const bool tensor_parallel = mesh.shape().tp > 1;
   std::printf("fsdp step, %d ranks (%s), Qwen3 hidden %lld x %lld layers, vocab %lld, %lld "
-              "tokens per rank, %s on %s, %d threads\n",
+              "tokens per rank%s, %s on %s, %d threads\n",
               n, mesh.shape().str().c_str(), (long long)o.size.hidden, (long long)o.size.layers,
-              (long long)o.size.vocab, (long long)o.seq, o.dtype.c_str(), device.str().c_str(),
-              omp_get_max_threads());
+              (long long)o.size.vocab, (long long)o.seq, o.sp ? " (sequence parallel)" : "",
+              o.dtype.c_str(), device.str().c_str(), omp_get_max_threads());
   std::printf("  step %.1f ms = compute %.1f ms + exposed communication %.1f ms%s; the step's "
               "%zu collectives (%.1f MiB) alone take %.1f ms: overlap %.0f%%\n",
               step * 1e3, compute * 1e3, exposed * 1e3,
@@ -401,6 +425,7 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
   j["comm_bytes"] = bytes;
   if (tensor_parallel) { // only then, so that a data-parallel run's line stays as it was
     j["tp"] = mesh.shape().tp;
+    j["sp"] = o.sp == 1;
     j["tp_collectives"] = tp.collectives;
     j["tp_bytes"] = tp.bytes;
     j["tp_bytes_analytic"] = analytic.bytes;
@@ -431,6 +456,8 @@ int run(const Options& o) {
                bench::step_config(dtype, 1000, 1e-4), parallel::FsdpOptions{}, device};
   spec.fsdp.reshard_after_forward = o.reshard != 0;
   spec.fsdp.prefetch = o.prefetch != 0;
+  VLM_CHECK(o.sp == 0 || o.tp > 1, "bench_fsdp_step: --sp 1 needs --tp > 1");
+  spec.sequence_parallel = o.sp != 0;
   const std::vector<model::Batch> batch{model::to_device(make_batch(o, mesh.dp_rank()), device)};
 
   const StepAndCompute t = time_step_and_compute(o, mesh, spec, batch);

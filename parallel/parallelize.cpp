@@ -54,7 +54,8 @@ Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& block
   Parallelized p;
   // 1. Tensor parallelism, before anything wraps the blocks.
   if (groups.tp && groups.tp->size() > 1)
-    p.tp_ = std::make_unique<TensorParallel>(root, options.tp_plan, *groups.tp);
+    p.tp_ = std::make_unique<TensorParallel>(root, options.tp_plan, *groups.tp,
+                                             options.sequence_parallel);
   // 2. Activation checkpointing.
   const std::vector<size_t> handles = apply_activation_checkpointing(blocks, options.ac);
   for (size_t i = 0; i < handles.size(); i++) p.ac_wrappers_.emplace_back(blocks[i], handles[i]);

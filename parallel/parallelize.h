@@ -35,6 +35,7 @@ struct ParallelizeOptions {
   AcMode ac = AcMode::off;
   FsdpOptions fsdp;    // used when there is a shard group
   TpPlan tp_plan = {}; // used when there is a tensor-parallel group of more than one rank
+  bool sequence_parallel = false; // with tensor parallelism: the plan's sequence region by rows
 };
 
 // The groups a model is made parallel over: a mesh's, or stand-ins (the benchmarks' recording

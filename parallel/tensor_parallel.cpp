@@ -16,16 +16,19 @@ namespace vlm::parallel {
 
 // What the wrappers share. The input of the parallel region is entered once per input tensor:
 // the projections that read the same tensor (q, k, v; gate, up; GDN's four) share one
-// copy_to_tp, so backward sums their input gradients first and all-reduces once. A row-parallel
-// projection (the region's end) forgets it, so nothing outlives the block. While the model is
-// gathered the wrappers run the plain layers.
+// copy_to_tp (under sequence parallelism one all-gather), so backward sums their input gradients
+// first and reduces once. A row-parallel projection (the region's end) forgets it, so nothing
+// outlives the block. While the model is gathered the wrappers run the plain layers.
 struct TensorParallel::State {
   Tensor in, out;
+  // The rows of the sequence region's last call (sequence parallel): what the all-gathers give
+  // back, also when activation checkpointing recomputes a layer in backward.
+  int64_t rows = -1;
   bool gathered = false;
-  Tensor enter(const Tensor& x, ProcessGroup& tp) {
+  Tensor enter(const Tensor& x, ProcessGroup& tp, bool split_rows) {
     if (!in.defined() || !in.same(x)) {
       in = x;
-      out = copy_to_tp(x, tp);
+      out = split_rows ? gather_rows_to_tp(x, rows, tp) : copy_to_tp(x, tp);
     }
     return out;
   }
@@ -76,8 +79,15 @@ TpPlacement split_placement(const std::string& name, const Shape& shape, int64_t
 
 } // namespace
 
-TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp)
-    : root_(&root), tp_(&tp) {
+TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp,
+                               bool sequence_parallel)
+    : root_(&root), tp_(&tp), sequence_parallel_(sequence_parallel) {
+  VLM_CHECK(!sequence_parallel || !plan.sequence_region.empty(),
+            "tensor parallel: sequence parallelism needs a sequence region in the plan");
+  const std::string region = sequence_parallel ? plan.sequence_region + "." : std::string();
+  auto in_region = [&](const std::string& name) {
+    return sequence_parallel && name.rfind(region, 0) == 0;
+  };
   const int64_t T = tp.size(), r = tp.rank();
   std::map<std::string, bool> declared_only; // described, not allocated: only its part will be
   for (const nn::ParameterSpec& p : root.parameter_specs()) {
@@ -137,20 +147,25 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
     }
     auto* lin = dynamic_cast<nn::Linear*>(&module);
     VLM_CHECK(lin, "tensor parallel: ", m.path, " is a ", module.type_name(), ", not a Linear");
+    const bool rows_split = in_region(m.path);
     if (m.optional && !std::all_of(m.segments.begin(), m.segments.end(),
                                    [&](const TpSegment& s) { return s.parts % T == 0; })) {
+      // Inside the split rows a whole pair would attend over the rank's rows only.
+      VLM_CHECK(!rows_split, "tensor parallel: ", m.path,
+                " cannot stay whole under sequence parallelism; set parallel.tp_size to a "
+                "divisor of its heads");
       left_whole_.push_back(m.path);
       continue;
     }
     if (m.style == TpStyle::colwise) {
       split(prefix + "weight", 0, m.segments);
       if (lin->has_param("bias")) split(prefix + "bias", 0, m.segments);
-      wrappers_.emplace_back(
-          lin, lin->add_forward_wrapper([state, group](const nn::Module::Forward& forward,
-                                                       const std::vector<Tensor>& in) {
-            if (state->gathered) return forward(in);
-            return forward({state->enter(in[0], *group)});
-          }));
+      wrappers_.emplace_back(lin, lin->add_forward_wrapper(
+                                      [state, group, rows_split](const nn::Module::Forward& forward,
+                                                                 const std::vector<Tensor>& in) {
+                                        if (state->gathered) return forward(in);
+                                        return forward({state->enter(in[0], *group, rows_split)});
+                                      }));
     } else {
       split(prefix + "weight", 1, m.segments);
       // Shared columns would be summed once per sharing rank.
@@ -158,15 +173,17 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
                 ": its ", m.segments[0].parts, " heads (or rows) are fewer than tp = ", T,
                 " ranks; a row-parallel projection needs at least one per rank");
       // Each rank's product is a partial sum; the (replicated) bias is added once, after the sum.
-      wrappers_.emplace_back(
-          lin, lin->add_forward_wrapper([state, group, lin](const nn::Module::Forward& forward,
-                                                            const std::vector<Tensor>& in) {
-            if (state->gathered) return forward(in);
-            state->leave();
-            Tensor y = reduce_from_tp(linear(in[0], lin->weight()), *group);
-            if (lin->bias().defined()) y = add(y, lin->bias());
-            return std::vector{y};
-          }));
+      wrappers_.emplace_back(lin, lin->add_forward_wrapper([state, group, lin, rows_split](
+                                                               const nn::Module::Forward& forward,
+                                                               const std::vector<Tensor>& in) {
+        if (state->gathered) return forward(in);
+        state->leave();
+        const Tensor partial = linear(in[0], lin->weight());
+        Tensor y =
+            rows_split ? reduce_scatter_rows(partial, *group) : reduce_from_tp(partial, *group);
+        if (lin->bias().defined()) y = add(y, lin->bias());
+        return std::vector{y};
+      }));
     }
   }
   for (const TpPlan::Param& p : plan.params) split(p.name, p.dim, p.segments);
@@ -189,6 +206,28 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
     VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name,
               " is split; only replicated weights have partial gradients");
     it->second.partial_grad = true;
+  }
+  if (sequence_parallel) {
+    // The region's replicated weights (norms, row-parallel biases) see the rank's rows only.
+    for (auto& [name, p] : placements_)
+      if (in_region(name) && !p.sharded()) p.partial_grad = true;
+    nn::Module& module = root.find_module(plan.sequence_region);
+    wrappers_.emplace_back(
+        &module, module.add_forward_wrapper([state, group](const nn::Module::Forward& forward,
+                                                           const std::vector<Tensor>& in) {
+          if (state->gathered) return forward(in);
+          const int64_t rows = in[0].size(0);
+          std::vector<Tensor> blocks;
+          for (const Tensor& x : in) {
+            VLM_CHECK(x.size(0) == rows, "sequence parallel: the region's inputs must share their ",
+                      rows, " rows, got ", x.desc());
+            blocks.push_back(split_rows(x, *group));
+          }
+          state->rows = rows;
+          const std::vector<Tensor> out = forward(blocks);
+          state->leave();
+          return std::vector{gather_rows(out[0], rows, *group)};
+        }));
   }
   for (const auto& [name, p] : placements_)
     if (p.sharded() && p.replicas > 1) replica_group(p.replicas);

@@ -18,6 +18,18 @@
 // The collectives are Module wrappers on the Linear / Embedding modules: the model's code does not
 // change and derives its head counts from the local weight shapes.
 //
+// Sequence parallelism (by option, Megatron's SP) splits the token rows between the parallel
+// regions of the plan's sequence region (the text stack's layers, run as one call whose inputs are
+// all [T, ...] rows: the residual stream and DeepStack's addends) over the group: the region's
+// inputs enter as each rank's block of rows (split_rows), a column-parallel projection inside
+// all-gathers its input (backward: reduce-scatter) and a row-parallel one reduce-scatters its
+// partial sums (backward: all-gather) — the same bytes as the all-reduces they replace — and the
+// region's output is gathered whole for the final norm and the head. Norms, residual adds and the
+// rows' activations between the regions are then 1/tp of the replicated ones; the replicated
+// weights inside the region (the layer norms, a row-parallel bias) see only the rank's rows, so
+// their gradients are partial sums too (reduce_grads). The embedding's all-reduce stays (the image
+// features are merged into whole rows).
+//
 // Heads split in units: a segment of `size` rows holds `parts` equal units (heads; single rows
 // for MLPs). With parts ≥ tp, rank r takes units [r·parts/tp, (r+1)·parts/tp) (parts % tp == 0);
 // with parts < tp (more ranks than KV heads), tp/parts consecutive ranks share unit
@@ -64,6 +76,9 @@ struct TpPlan {
   std::vector<Param> params;
   std::vector<std::string> partial_grads; // replicated weights whose gradients sum over TP
   std::string head;                       // an untied LM head's weight, vocab-split; "" if tied
+  // The module whose call() runs the layers of the text stack (inputs: [T, ...] rows; output: the
+  // residual stream [T, H]): split by rows under sequence parallelism. "" : none.
+  std::string sequence_region;
 
   void colwise(const std::string& path, std::vector<TpSegment> segments) {
     modules.push_back({path, TpStyle::colwise, std::move(segments)});
@@ -99,7 +114,10 @@ class TensorParallel {
 public:
   // Splits `root`'s parameters by `plan` over `tp` (replace_parameter: each rank keeps its part)
   // and attaches the collectives. Every rank of `tp` calls it with the same model and plan.
-  TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp);
+  // With sequence_parallel, the plan's sequence region is also split by rows (the plan must name
+  // one).
+  TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp,
+                 bool sequence_parallel = false);
   ~TensorParallel(); // removes the wrappers; the parameters stay split
   TensorParallel(const TensorParallel&) = delete;
   TensorParallel& operator=(const TensorParallel&) = delete;
@@ -110,6 +128,7 @@ public:
   const std::map<std::string, TpPlacement>& placements() const { return placements_; }
   // Whether the LM head's rows are split (the loss must then be loss-parallel).
   bool vocab_parallel_head() const { return vocab_parallel_head_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
   // The optional modules of the plan left whole (their units do not split over the group).
   const std::vector<std::string>& left_whole() const { return left_whole_; }
 
@@ -140,6 +159,7 @@ private:
   std::vector<std::string> left_whole_; // optional modules whose units do not split
   std::map<std::string, Tensor> parts_; // while gathered: each split parameter's part
   bool vocab_parallel_head_ = false;
+  bool sequence_parallel_ = false;
 };
 
 } // namespace vlm::parallel

@@ -34,12 +34,14 @@ Tensor Qwen3VLForConditionalGeneration::hidden_states(const Batch& b) const {
       b.position_ids.dim() == 2
           ? mrope_tables(b.position_ids, c.head_dim, c.rope_theta, c.mrope_section, dtype_)
           : rope_tables(b.position_ids, c.head_dim, c.rope_theta, dtype_);
-  // After layer k the k-th DeepStack feature is added at the image positions.
-  auto deepstack = [&fused](size_t layer, const Tensor& x) {
-    return layer < fused.deepstack.size()
-               ? index_add(x, 0, fused.image_positions, fused.deepstack[layer])
-               : x;
-  };
+  // After layer k the k-th DeepStack feature is added at the image positions: as rows of the
+  // whole sequence (zeros elsewhere), which sequence parallelism splits like the residual stream.
+  std::vector<Tensor> deepstack;
+  for (const Tensor& features : fused.deepstack) {
+    const Tensor& e = fused.embeds;
+    deepstack.push_back(index_add(Tensor::zeros(e.shape(), e.dtype(), e.device()), 0,
+                                  fused.image_positions, features));
+  }
   return text_->forward(fused.embeds, block_context(b, rope_t), b.kv_cache, deepstack);
 }
 

@@ -77,11 +77,12 @@ Tensor GatedDeltaNet::conv(const Tensor& qkv, const BlockContext& ctx) const {
 
 Tensor GatedDeltaNet::forward(const Tensor& h, const BlockContext& ctx) const {
   const auto& c = config_;
-  const int64_t T = h.size(0), dk = c.key_head_dim, dv = c.value_head_dim;
+  const int64_t dk = c.key_head_dim, dv = c.value_head_dim;
   // Head counts from the local weights (tensor parallelism shards them by heads).
   const int64_t HV = in_b_->weight().size(0);
   const int64_t HK = (in_qkv_->weight().size(0) - HV * dv) / (2 * dk);
   const Tensor mixed = conv(in_qkv_->forward(h), ctx);
+  const int64_t T = mixed.size(0); // the tokens: h may be a block of them (sequence parallelism)
   const Tensor q = l2_normalize(columns(mixed, 0, HK * dk, dk), 1e-6);
   const Tensor k = l2_normalize(columns(mixed, HK * dk, 2 * HK * dk, dk), 1e-6);
   const Tensor v = columns(mixed, 2 * HK * dk, 2 * HK * dk + HV * dv, dv);

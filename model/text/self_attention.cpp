@@ -32,12 +32,13 @@ SelfAttention::SelfAttention(const SelfAttentionConfig& c, DType dtype)
 }
 
 Tensor SelfAttention::forward(const Tensor& h, const BlockContext& ctx) const {
-  const int64_t T = h.size(0), D = head_dim_;
+  const int64_t D = head_dim_;
   // Head counts from the local weights: tensor parallelism shards q/k/v by heads.
   const int64_t heads = q_->weight().size(0) / (output_gate_ ? 2 * D : D);
   const int64_t kv_heads = k_->weight().size(0) / D;
   Tensor q = q_->forward(h), gate;
-  if (output_gate_) { // per head: [query | gate]
+  const int64_t T = q.size(0); // the tokens: h may be a block of them (sequence parallelism)
+  if (output_gate_) {          // per head: [query | gate]
     const Tensor qg = reshape(q, {T, heads, 2 * D});
     q = copy(slice(qg, 2, 0, D));
     gate = reshape(copy(slice(qg, 2, D, 2 * D)), {T, heads * D});

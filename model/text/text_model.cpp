@@ -1,5 +1,7 @@
 #include "model/text/text_model.h"
 
+#include "src/core/ops/elementwise.h"
+
 namespace vlm::model {
 
 TextModel::TextModel(const TextStackOptions& o, DType dtype) {
@@ -7,7 +9,7 @@ TextModel::TextModel(const TextStackOptions& o, DType dtype) {
   embed_ = register_module("embed_tokens", std::make_shared<nn::Embedding>(
                                                o.vocab_size, o.hidden_size,
                                                nn::Init::normal(o.initializer_range), dtype));
-  layers_ = register_module("layers", std::make_shared<nn::ModuleList>());
+  layers_ = register_module(kLayers, std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < o.num_layers; i++) layers_->append(o.make_layer(i));
   nn::RMSNormOptions norm_opts = o.final_norm;
   norm_opts.dtype = dtype;
@@ -23,18 +25,28 @@ std::vector<nn::Module*> TextModel::layers() const {
 }
 
 Tensor TextModel::forward(Tensor x, BlockContext ctx, KVCache* cache,
-                          const std::function<Tensor(size_t, const Tensor&)>& after_layer) const {
+                          const std::vector<Tensor>& layer_addends) const {
+  VLM_CHECK(layer_addends.size() <= layers_->size(), "TextModel: ", layer_addends.size(),
+            " layer addends for ", layers_->size(), " layers");
   if (cache) cache->layers.resize(layers_->size());
-  for (size_t i = 0; i < layers_->size(); i++) {
-    const auto& layer = static_cast<const TextBlock&>((*layers_)[i]);
-    ctx.cache = cache ? &cache->layers[i] : nullptr;
-    // Captured by value: a wrapper (activation checkpointing) may run this again in backward.
-    auto forward = [&layer, ctx](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{layer.forward(in[0], ctx)};
-    };
-    x = layer.call(forward, {x})[0];
-    if (after_layer) x = after_layer(i, x);
-  }
+  // in = {x, addends...}: the rows of the same tokens (a wrapper may hand each rank a block).
+  auto run_layers = [this, ctx, cache](const std::vector<Tensor>& in) mutable {
+    Tensor h = in[0];
+    for (size_t i = 0; i < layers_->size(); i++) {
+      const auto& layer = static_cast<const TextBlock&>((*layers_)[i]);
+      ctx.cache = cache ? &cache->layers[i] : nullptr;
+      // Captured by value: a wrapper (activation checkpointing) may run this again in backward.
+      auto forward = [&layer, ctx](const std::vector<Tensor>& layer_in) {
+        return std::vector<Tensor>{layer.forward(layer_in[0], ctx)};
+      };
+      h = layer.call(forward, {h})[0];
+      if (i + 1 < in.size()) h = add(h, in[i + 1]);
+    }
+    return std::vector<Tensor>{h};
+  };
+  std::vector<Tensor> in{x};
+  in.insert(in.end(), layer_addends.begin(), layer_addends.end());
+  x = layers_->has_forward_hooks() ? layers_->call(run_layers, in)[0] : run_layers(in)[0];
   if (cache) cache->tokens += x.size(0);
   return norm_->forward(x);
 }

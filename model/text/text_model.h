@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/text/text_block.h"
@@ -38,11 +39,14 @@ public:
   // ids [T] -> [T, H]
   Tensor embed(const Tensor& input_ids) const;
   // Runs every layer on x [T, H] with `ctx` (its cache pointer set per layer from `cache`, when
-  // given), then the final norm. after_layer(i, x), when set, may change x after layer i
-  // (DeepStack).
-  Tensor
-  forward(Tensor x, BlockContext ctx, KVCache* cache,
-          const std::function<Tensor(size_t layer, const Tensor& x)>& after_layer = {}) const;
+  // given), then the final norm. layer_addends[i] [T, H], when given, is added to x after layer i
+  // (DeepStack: zero rows but at the image positions). The layers run as one call() of the
+  // `layers` list on {x, addends...}, all rows of the same tokens, so sequence parallelism can
+  // split them by rows from outside (parallel/tensor_parallel.h).
+  Tensor forward(Tensor x, BlockContext ctx, KVCache* cache,
+                 const std::vector<Tensor>& layer_addends = {}) const;
+  // The path of the layer list below this module, for plans.
+  static constexpr const char* kLayers = "layers";
   // The decoder layers in forward order.
   std::vector<nn::Module*> layers() const;
 

@@ -72,6 +72,7 @@ parallel::TpPlan text_tp_plan(const CausalLM& model) {
   }
   // The head: its own lm_head, or the embedding it is tied to (by name: the model may be only
   // described yet).
+  plan.sequence_region = text + TextModel::kLayers;
   plan.head = text + "embed_tokens.weight";
   for (const nn::ParameterSpec& p : model.parameter_specs())
     if (p.name == "lm_head.weight") plan.head = p.name;

@@ -202,7 +202,8 @@ nlohmann::json load_checkpoint(TrainState& state, const std::string& dir,
 #endif
 }
 
-void load_checkpoint_weights(model::CausalLM& model, const std::string& dir) {
+void load_checkpoint_weights(model::CausalLM& model, const std::string& dir,
+                             const std::map<std::string, parallel::ParamLayout>* layouts) {
   check_hdf5_build();
 #if VLM_WITH_HDF5
   VLM_CHECK(is_checkpoint_dir(dir), "checkpoint ", dir,
@@ -210,34 +211,57 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir) {
   try {
     const io::Hdf5StateReader in(checkpoint_state_file(dir), MPI_COMM_SELF);
     check_same_model(in.read_json("hf_config"), model.hf_config(), "/hf_config");
-    // Every tensor checked before any is read: its shape is the parameter's (materialized from
+    // Every tensor checked before any is read: its shape is the parameter's declared one (from
     // config.json), never one read from the file.
-    model.materialize();
     std::set<std::string> names;
-    for (const auto& p : model.named_parameters()) {
+    for (const nn::ParameterSpec& p : model.parameter_specs()) {
       names.insert(p.name);
-      io::check_state_tensor(in, "model/" + p.name, p.tensor.shape(), std::nullopt); // any float
+      io::check_state_tensor(in, "model/" + p.name, p.shape, std::nullopt); // any float
     }
     io::check_state_group(in, "model", names);
+    if (!layouts) model.materialize();
     model::StoredTensors kept = model::read_stored_tensors(in);
     NoGradGuard no_grad;
+    int64_t bytes_read = 0;
     for (const auto& p : model.named_parameters()) {
       const std::string key = exact_key(in, kept, p.name);
-      Tensor stored = Tensor::empty(p.tensor.shape(), in.dtype(key));
-      in.read_tensor_into(key, stored);
-      Tensor dst = p.tensor;
-      copy_(dst, stored.to(p.tensor.dtype()));
+      const DType stored_dtype = in.dtype(key);
       // A master read into a bf16 parameter: a run starting from these weights seeds from it.
-      if (key != "model/" + p.name && !model::holds_all_of(p.tensor.dtype(), DType::f32))
-        kept.exact[p.name] = stored;
+      const bool exact =
+          key != "model/" + p.name && !model::holds_all_of(p.tensor.dtype(), DType::f32);
+      Tensor dst = p.tensor;
+      const parallel::ParamLayout* layout = nullptr;
+      if (layouts)
+        if (const auto it = layouts->find(p.name); it != layouts->end()) layout = &it->second;
+      if (layout) { // this rank's boxes only
+        for (const parallel::ParamBox& box : layout->boxes) {
+          Tensor part = Tensor::empty(box.shape, stored_dtype);
+          in.read_slab_into(key, box.global_offset, part);
+          Tensor local = parallel::local_box(dst, box);
+          copy_(local, part.to(dst.dtype()).to(dst.device()));
+          bytes_read += int64_t(part.nbytes());
+        }
+        if (exact) { // an F32 island: few and small, kept whole like the HF loader's
+          Tensor whole = Tensor::empty(in.shape(key), stored_dtype);
+          in.read_tensor_into(key, whole);
+          kept.exact[p.name] = whole;
+        }
+        continue;
+      }
+      Tensor stored = Tensor::empty(dst.shape(), stored_dtype);
+      in.read_tensor_into(key, stored);
+      copy_(dst, stored.to(dst.dtype()).to(dst.device()));
+      bytes_read += int64_t(stored.nbytes());
+      if (exact) kept.exact[p.name] = stored;
     }
     model.stored() = std::move(kept);
-    log_info("loaded ", names.size(), " tensors from ", checkpoint_state_file(dir));
+    log_info("loaded ", names.size(), " tensors from ", checkpoint_state_file(dir),
+             layouts ? ", this rank's parts: " : ": ", bytes_read >> 20, " MiB");
   } catch (const Error& e) {
     VLM_FAIL("checkpoint ", dir, ": ", e.what());
   }
 #else
-  (void)model, (void)dir;
+  (void)model, (void)dir, (void)layouts;
 #endif
 }
 

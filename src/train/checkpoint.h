@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/causal_lm.h"
+#include "parallel/param_layout.h"
 #include "parallel/process_group.h"
 #include "src/train/checkpoint_folder.h"
 #include "src/train/fault_injection.h"
@@ -65,12 +66,16 @@ std::string save_checkpoint(const TrainState& state, const CheckpointSave& save,
 nlohmann::json load_checkpoint(TrainState& state, const std::string& dir,
                                const nlohmann::json& hf_config, DType param_dtype);
 
-// The /model tensors of a checkpoint folder's state.h5 into `model` (materialized here; each
-// tensor converted to the parameter's dtype); one process. Checked first: /hf_config equals the
-// model's config, every parameter's tensor is there with its shape and a float dtype, and the file
-// holds no tensor the model lacks. For `model.model_dir` pointing at a checkpoint (training starts
-// from its weights), `vlmtrain export` and `generate`.
-void load_checkpoint_weights(model::CausalLM& model, const std::string& dir);
+// The /model tensors of a checkpoint folder's state.h5 into `model`, each converted to the
+// parameter's dtype; every rank reads on its own (no collective). Checked first: /hf_config equals
+// the model's config, every parameter's tensor is there with its declared (whole) shape and a float
+// dtype, and the file holds no tensor the model lacks. Without `layouts` the model is materialized
+// here and read whole (`vlmtrain export`, `generate`); with them (a parallelized model, allocated
+// in its parts: training that starts from a checkpoint's weights, `model.model_dir`) each listed
+// parameter reads only this rank's boxes, the others whole. A bf16 parameter whose stored value
+// is more precise (an fp32 master of an F32 island) keeps that value whole in stored().exact.
+void load_checkpoint_weights(model::CausalLM& model, const std::string& dir,
+                             const std::map<std::string, parallel::ParamLayout>* layouts = nullptr);
 
 // The model of a checkpoint to run or export: a step_N folder (built from its config.json, weights
 // from state.h5) or an HF snapshot, in `dtype`. `path` is resolved by resolve_checkpoint_path

@@ -526,6 +526,8 @@ private:
     check(par.data_parallel == DataParallel::fsdp || par.dp_shard <= 1, "parallel.dp_shard",
           "must be 0 or 1 with parallel.data_parallel = \"ddp\" (ddp keeps the whole model on "
           "every rank; set data_parallel = \"fsdp\" to shard it)");
+    check(!par.sequence_parallel || par.tp_size > 1, "parallel.sequence_parallel",
+          "needs parallel.tp_size > 1 (it splits the tokens over the tensor-parallel ranks)");
     // [checkpoint]
     check(!c.checkpoint.output_dir.empty(), "checkpoint.output_dir", "must not be empty");
     check(c.checkpoint.resume.empty() || c.checkpoint.format == CheckpointFormat::hdf5,

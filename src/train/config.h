@@ -192,6 +192,8 @@ const char* grad_reduce_name(GradReduce g);
 #define VLM_TRAIN_CONFIG_PARALLEL(X)                                                               \
   X(int64_t, tp_size, 1, within(1, kMaxMeshRanks),                                                 \
     "tensor-parallel degree; must divide the number of ranks")                                     \
+  X(bool, sequence_parallel, false, any(),                                                         \
+    "with tp_size > 1: split the text layers' norms and residuals by tokens over the TP ranks")     \
   X(DataParallel, data_parallel, DataParallel::ddp, any(),                                         \
     "data parallelism over the remaining ranks: replicated (ddp) or sharded (fsdp)")               \
   X(int64_t, dp_replicate, 0, within(0, kMaxMeshRanks),                                            \

@@ -95,16 +95,14 @@ WeightSource weight_source(const TrainConfig& c) {
   return WeightSource::hf_snapshot;
 }
 
-// Describes the model (a preset or the snapshot's config.json) and freezes what the config
-// freezes (before FSDP: frozen parameters are not sharded). Only a checkpoint's weights are
-// loaded here, whole on the host (their reader does not yet read by parts); initialization and
-// HF snapshots fill the model after parallelize(), each rank its own parts (fill_weights).
+// Describes the model (a preset, the snapshot's or the checkpoint's config.json) and freezes what
+// the config freezes (before FSDP: frozen parameters are not sharded). Nothing is allocated yet:
+// the weights fill the model after parallelize(), each rank its own parts (fill_weights).
 std::shared_ptr<model::CausalLM> describe_for_training(const TrainConfig& c,
                                                        const io::Tokenizer& tok) {
   std::shared_ptr<model::CausalLM> m = describe_model(c, tok);
   VLM_CHECK(tok.vocab_size() <= m->vocab_size(), "the tokenizer '", c.model.tokenizer, "' has ",
             tok.vocab_size(), " tokens but the model's vocab_size is ", m->vocab_size());
-  if (weight_source(c) == WeightSource::checkpoint) load_checkpoint_weights(*m, c.model.model_dir);
   apply_freezing(c, *m);
   return m;
 }
@@ -118,7 +116,7 @@ void fill_weights(const TrainConfig& c, model::CausalLM& m,
   case WeightSource::hf_snapshot:
     m.stored() = model::load_hf_weights(m, c.model.model_dir, m.carried_prefixes(), &layouts);
     return;
-  case WeightSource::checkpoint: return; // loaded before parallelize()
+  case WeightSource::checkpoint: load_checkpoint_weights(m, c.model.model_dir, &layouts); return;
   }
 }
 
@@ -206,6 +204,7 @@ parallel::ParallelizeOptions parallelize_options(const TrainConfig& c) {
   const ParallelOptions& p = c.parallel;
   parallel::ParallelizeOptions o;
   o.ac = c.training.ac_mode;
+  o.sequence_parallel = p.sequence_parallel;
   o.fsdp.reshard_after_forward = p.reshard_after_forward;
   o.fsdp.reduce_dtype = p.reduce_dtype;
   o.fsdp.reduce_every_micro_step =
@@ -354,9 +353,10 @@ void Trainer::log_memory() const {
   const parallel::MeshShape& sh = mesh_->shape();
   if (rank0())
     log_info("parallel: ", sh.str(), " (", data_parallel_name(config_.parallel.data_parallel),
-             "); parameters ", mib(params), " + gradients ", mib(grads), " + AdamW state ",
-             mib(optim_bytes), " = ", mib(here), " per rank; one process would hold ", mib(full),
-             " (", full > 0 ? double(here) / double(full) : 0.0,
+             config_.parallel.sequence_parallel ? ", sequence parallel" : "", "); parameters ",
+             mib(params), " + gradients ", mib(grads), " + AdamW state ", mib(optim_bytes), " = ",
+             mib(here), " per rank; one process would hold ", mib(full), " (",
+             full > 0 ? double(here) / double(full) : 0.0,
              " of it; 1/(dp_shard x tp) = ", 1.0 / double(sh.dp_shard * sh.tp), ")");
 }
 

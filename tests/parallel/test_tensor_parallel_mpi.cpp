@@ -2,7 +2,8 @@
 // and untied heads; Qwen3-VL with images and packing, its vision tower split too; the hybrid
 // Qwen3.5), split by its plan (model/text/text_tp_plan.h, model/vision/vision_tp_plan.h) over TP 2,
 // TP 4 — more ranks than the tiny models' 2 KV heads, so KV heads are shared — FSDP 2 x TP 2 and
-// DDP 2 x TP 2, with gradient accumulation 2 and activation checkpointing:
+// DDP 2 x TP 2, with sequence parallelism on and off (the micro-batches' token counts do not all
+// divide by tp: the padded last block), gradient accumulation 2 and activation checkpointing:
 //   * one step's gradients: each rank's part of every gradient (after the partial sums over the
 //     group) equals the same part of one process's, element by element (max-norm relative):
 //     in f64 to 1e-10 (measured: <= 2.7e-13 — the same arithmetic up to rounding); in f32 to
@@ -15,12 +16,15 @@
 //     value (FSDP's tests hold 1e-5 / 1e-3; the reason is the same — the ranks add the same
 //     terms in another order, and AdamW, dividing by sqrt(v), passes the rounding of small or
 //     nearly cancelling gradients on at full size — and TP also rounds differently in the
-//     forward); measured: losses <= 1.8e-7. One exception: the 8-layer hybrid Qwen3.5, whose
-//     recurrences carry the rounding on, reaches 9.3e-7 in the loss under TP 2 and, under
-//     FSDP 2 x TP 2, 1.0e-5 by step 5 and 5.7e-3 element-wise in its embeddings, so it is held
-//     to 3e-5 / 5e-4 / 1e-2 in f32 — and, like every family and layout, to rounding in f64;
-//   * the same in f64: losses to 1e-10, every parameter to 1e-8 (measured: <= 1.8e-12 and
-//     <= 5.8e-10, the hybrid Qwen3.5 under FSDP / DDP x TP): the same training up to rounding.
+//     forward); measured: losses <= 1.8e-7, sequence parallelism or not. One exception: the
+//     8-layer hybrid Qwen3.5, whose recurrences carry the rounding on, reaches 1.6e-6 in the loss
+//     under TP 2 and, under FSDP (or DDP) 2 x TP 2, 2.4e-5, 4.3e-4 L2 and 7.8e-3 element-wise in
+//     its embeddings on an AMD EPYC (1.0e-5 / 5.7e-3 on the Intel machine of the first
+//     measurement, with or without SP alike), so it is held to 1e-4 / 1e-3 / 2e-2 in f32 — and,
+//     like every family and layout, to rounding in f64;
+//   * the same in f64: losses to 1e-10, every parameter to 1e-8 (measured: <= 5.3e-11 and
+//     <= 6.1e-9, the hybrid Qwen3.5 under FSDP / DDP x TP; the others <= 1.2e-12 and 1.3e-9):
+//     the same training up to rounding.
 // Also: the plan refuses a Gated DeltaNet whose key heads do not split over tp.
 #include <catch2/catch.hpp>
 
@@ -51,14 +55,18 @@ struct TpLayout {
   const char* name;
   MeshShape shape;
   parallel::AcMode ac = parallel::AcMode::off;
+  bool sequence_parallel = false;
 };
 
+// Sequence parallelism on and off on 2 and on 4 ranks (TP 4: above the KV heads; FSDP x TP).
 std::vector<TpLayout> tp_layouts(int world) {
+  using parallel::AcMode;
   if (world == 2)
-    return {{"TP 2", {1, 1, 2}}, {"TP 2, selective AC", {1, 1, 2}, parallel::AcMode::selective}};
+    return {{"TP 2", {1, 1, 2}}, {"TP 2, SP, selective AC", {1, 1, 2}, AcMode::selective, true}};
   if (world == 4)
     return {{"TP 4", {1, 1, 4}},
-            {"FSDP 2 x TP 2, full AC", {1, 2, 2}, parallel::AcMode::full},
+            {"TP 4, SP", {1, 1, 4}, AcMode::off, true},
+            {"FSDP 2 x TP 2, SP, full AC", {1, 2, 2}, AcMode::full, true},
             {"DDP 2 x TP 2", {2, 1, 2}}};
   return {};
 }
@@ -75,6 +83,7 @@ ParallelFamilyModel tp_family_model(const Family& f, const train::TrainConfig& c
   parallel::ParallelizeOptions o;
   o.ac = c.training.ac_mode;
   o.tp_plan = model::tp_plan(*out.model);
+  o.sequence_parallel = c.parallel.sequence_parallel;
   out.parallelized = parallel::parallelize(*out.model, out.model->blocks(), mesh, o, Device::cpu());
   return out;
 }
@@ -136,6 +145,7 @@ void check_training(const Family& f, const TpLayout& l, DType dtype, double loss
   c.training.param_dtype = dtype;
   const RunResult want_all = run_single(f, c, int(l.shape.dp()), kAccumulation, kSteps);
   c.training.ac_mode = l.ac;
+  c.parallel.sequence_parallel = l.sequence_parallel;
   parallel::DeviceMesh mesh(parallel::world_group(), l.shape);
   const TpRun got = run_tp(f, c, mesh);
   double worst_loss = 0, worst_l2 = 0, worst_element = 0;
@@ -195,30 +205,34 @@ TEST_CASE("tensor parallel: each rank's part of one step's gradients equals one 
 
       const MeshShape shape{1, 1, world};
       if (!splits(f, shape)) continue;
-      INFO(f.name << ", TP " << world << ", " << dtype_name(dtype));
-      parallel::DeviceMesh mesh(parallel::world_group(), shape);
-      const ParallelFamilyModel run = tp_family_model(f, c, mesh);
-      parallel::TensorParallel& tp = *run.parallelized.tensor_parallel();
-      model::LossOptions loss;
-      loss.vocab_group = &tp.group();
-      for (const auto& b : batches[0])
-        affine(model::lm_loss(*run.model, b, Reduction::sum, loss), scale).backward();
-      tp.reduce_grads(*run.model);
-      double worst = 0;
-      for (const auto& p : run.model->named_parameters()) {
-        INFO(p.name);
-        const parallel::TpPlacement& placement = tp.placement(p.name);
-        const std::vector<double> ref = local_part(want.at(p.name), placement);
-        const std::vector<double> got = p.tensor.grad().to_doubles();
-        REQUIRE(got.size() == ref.size());
-        const double e = rel(got, ref);
-        CHECK(e <= tolerance);
-        worst = std::max(worst, e);
+      for (const bool sp : {false, true}) {
+        INFO(f.name << ", TP " << world << (sp ? ", SP, " : ", ") << dtype_name(dtype));
+        c.parallel.sequence_parallel = sp;
+        parallel::DeviceMesh mesh(parallel::world_group(), shape);
+        const ParallelFamilyModel run = tp_family_model(f, c, mesh);
+        parallel::TensorParallel& tp = *run.parallelized.tensor_parallel();
+        REQUIRE(tp.sequence_parallel() == sp);
+        model::LossOptions loss;
+        loss.vocab_group = &tp.group();
+        for (const auto& b : batches[0])
+          affine(model::lm_loss(*run.model, b, Reduction::sum, loss), scale).backward();
+        tp.reduce_grads(*run.model);
+        double worst = 0;
+        for (const auto& p : run.model->named_parameters()) {
+          INFO(p.name);
+          const parallel::TpPlacement& placement = tp.placement(p.name);
+          const std::vector<double> ref = local_part(want.at(p.name), placement);
+          const std::vector<double> got = p.tensor.grad().to_doubles();
+          REQUIRE(got.size() == ref.size());
+          const double e = rel(got, ref);
+          CHECK(e <= tolerance);
+          worst = std::max(worst, e);
+        }
+        worst = mesh.world().all_reduce_value(worst, parallel::ReduceOp::max);
+        if (mesh.world().rank() == 0)
+          std::printf("tp gradients, %s, TP %d%s, %s: worst error %.2e\n", f.name, world,
+                      sp ? ", SP" : "", dtype_name(dtype), worst);
       }
-      worst = mesh.world().all_reduce_value(worst, parallel::ReduceOp::max);
-      if (mesh.world().rank() == 0)
-        std::printf("tp gradients, %s, TP %d, %s: worst error %.2e\n", f.name, world,
-                    dtype_name(dtype), worst);
     }
 }
 
@@ -229,7 +243,7 @@ TEST_CASE("tensor parallel: every family trains as one process on the global bat
     for (const TpLayout& l : tp_layouts(parallel::world_group()->size()))
       if (splits(f, l.shape)) {
         if (std::string(f.snapshot) == "qwen3_5_tiny_hybrid")
-          check_training(f, l, DType::f32, 3e-5, 5e-4, 1e-2);
+          check_training(f, l, DType::f32, 1e-4, 1e-3, 2e-2);
         else
           check_training(f, l, DType::f32, 1e-6, kParamTolerance, kElementTolerance);
       }

@@ -61,8 +61,8 @@ for demo in text vlm; do
   grep -q "dp_replicate 2 x dp_shard 2" "$demo-hsdp-4.log" || { cat "$demo-hsdp-4.log"; exit 1; }
   python3 "$root/tests/parallel/compare_runs.py" "$demo-hsdp-4" "$demo-one-4"
   # Tensor parallelism (issue 35): TP 2 (one data-parallel rank) = one process with 1 worker x 2
-  # micro-steps; FSDP 2 x TP 2 = one process with 2 workers x 4 micro-steps (TP peers read the
-  # same rows).
+  # micro-steps; FSDP 2 x TP 2 with sequence parallelism = one process with 2 workers x 4
+  # micro-steps (TP peers read the same rows).
   "$bin" train "${args[@]}" --set data.num_workers=1 --set training.tpi_multiplier=2 \
     --set checkpoint.output_dir="$demo-one-1" >"$demo-one-1.log" 2>&1
   mpi 2 "$bin" train "${args[@]}" --set data.num_workers=1 --set training.tpi_multiplier=2 \
@@ -71,9 +71,10 @@ for demo in text vlm; do
   # The parameters to TP's bound, not FSDP's (tests/parallel/test_tensor_parallel_mpi.cpp says why).
   python3 "$root/tests/parallel/compare_runs.py" "$demo-tp-2" "$demo-one-1" --l2-tol 5e-5
   mpi 4 "$bin" train "${args[@]}" --set data.num_workers=1 --set training.tpi_multiplier=2 \
-    --set parallel.tp_size=2 --set parallel.data_parallel=fsdp \
+    --set parallel.tp_size=2 --set parallel.data_parallel=fsdp --set parallel.sequence_parallel=true \
     --set checkpoint.output_dir="$demo-fsdp-tp-4" >"$demo-fsdp-tp-4.log" 2>&1
-  grep -q "dp_shard 2 x tp 2" "$demo-fsdp-tp-4.log" || { cat "$demo-fsdp-tp-4.log"; exit 1; }
+  grep -q "dp_shard 2 x tp 2 (fsdp, sequence parallel)" "$demo-fsdp-tp-4.log" ||
+    { cat "$demo-fsdp-tp-4.log"; exit 1; }
   python3 "$root/tests/parallel/compare_runs.py" "$demo-fsdp-tp-4" "$demo-one-2" --l2-tol 5e-5
   # The FSDP 2 x TP 2 checkpoint (each rank's boxes) exports the snapshot the run gathered, bit for
   # bit (the text demo trains in f32).

@@ -217,6 +217,17 @@ expect_rc 0 from_ckpt.log train --set model.preset= --set model.model_dir=f2/ste
 [[ $(ls -d from_ckpt/step_* | wc -l) -eq 1 && -d from_ckpt/step_000002 ]] ||
   { ls from_ckpt; fail "keep_last = 1 kept other checkpoints"; }
 
+# Its weights by parts: under FSDP 2 x TP 2 each rank reads only its boxes of state.h5; at a zero
+# learning rate the run's final snapshot is the checkpoint's export, bit for bit.
+expect_rc 0 from_ckpt_tp.log mpi 4 "$bin" train "${common[@]}" --set model.preset= \
+  --set model.model_dir=f2/step_000008 --set checkpoint.output_dir=from_ckpt_tp \
+  --set training.total_steps=1 --set training.warmup_steps=0 --set training.lr_llm=0 \
+  --set training.lr_mlp=0 --set training.lr_vit=0 --set parallel.tp_size=2 \
+  --set parallel.data_parallel=fsdp --set checkpoint.hf_snapshot=final
+grep -q "state.h5, this rank's parts" from_ckpt_tp.log || { cat from_ckpt_tp.log; fail "not read by parts"; }
+cmp from_ckpt_tp/checkpoint-step-1/model.safetensors hf/model.safetensors ||
+  fail "the FSDP x TP run did not start from the checkpoint's weights"
+
 echo "== default settings: a run of a config resumes with --set checkpoint.resume=latest"
 # configs/demo-text.toml as a user has it: no [checkpoint] key but output_dir (save_steps = 0).
 sed -e 's|"demo_data/"|"data/"|' -e 's|"demo_text_out"|"defaults"|' \
