@@ -214,6 +214,8 @@ const char* grad_reduce_name(GradReduce g);
     "folder of the checkpoints (step_N/ or checkpoint-step-N/) and metrics.jsonl by default")      \
   X(int64_t, save_steps, 1000, at_least(0),                                                        \
     "save every N optimizer steps and at total_steps; 0 = only the final checkpoint")              \
+  X(bool, save_final, true, any(),                                                                 \
+    "save at total_steps; false: no final checkpoint (benchmark and scaling runs)")                \
   X(CheckpointFormat, format, CheckpointFormat::hdf5, any(),                                       \
     "hdf5: resumable sharded step_N/ (parallel HDF5); safetensors: HF snapshots, not resumable")   \
   X(HfSnapshot, hf_snapshot, HfSnapshot::final, any(),                                             \

@@ -465,7 +465,7 @@ StepRecord Trainer::train_step() {
   const int64_t done_steps = state_.step;
   const bool last = done();
   if (t.eval_steps > 0 && (done_steps % t.eval_steps == 0 || last)) evaluate();
-  if (last ||
+  if ((last && config_.checkpoint.save_final) ||
       (config_.checkpoint.save_steps > 0 && done_steps % config_.checkpoint.save_steps == 0))
     save_checkpoint();
   return rec;
@@ -679,7 +679,7 @@ TrainSummary Trainer::run() {
                   double(std::max<int64_t>(1, s.real_tokens + s.padded_tokens)),
               double(s.real_tokens) / std::max(train_s, 1e-9), double(mem.peak_bytes) / (1 << 20),
               double(s.peak_rss_bytes) / (1 << 20), (long long)s.skipped_steps,
-              s.final_checkpoint.c_str(),
+              s.final_checkpoint.empty() ? "none" : s.final_checkpoint.c_str(),
               s.hf_snapshot.empty() || s.hf_snapshot == s.final_checkpoint ? "" : ", HF snapshot ",
               s.hf_snapshot == s.final_checkpoint ? "" : s.hf_snapshot.c_str(),
               config_.logging.metrics_file.c_str());

@@ -292,6 +292,8 @@ TEST_CASE("config: invalid values name key and value", "[train][config]") {
              Contains("is not one of truncate, drop"));
   CHECK_THAT(error_of(kMinimal + "[parallel]\ntp_size = 0\n"),
              Contains("parallel.tp_size = 0 must be in [1, 1048576]"));
+  CHECK_THAT(error_of(kMinimal + "[parallel]\nsequence_parallel = true\n"),
+             Contains("parallel.sequence_parallel") && Contains("needs parallel.tp_size > 1"));
   // Mesh sizes are bounded, so their product cannot overflow into a "matching" world size.
   CHECK_THAT(error_of(kMinimal + "[parallel]\ndata_parallel = \"fsdp\"\n"
                                  "dp_replicate = 4294967296\ndp_shard = 4294967296\n"),
@@ -476,6 +478,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   d.min_pixels = 1;
   d.max_pixels = 2;
   c.parallel.tp_size = 4;
+  c.parallel.sequence_parallel = true;
   c.parallel.data_parallel = DataParallel::fsdp;
   c.parallel.dp_replicate = 2;
   c.parallel.dp_shard = 8;
@@ -485,6 +488,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   c.parallel.collective_timeout_s = 0.5;
   c.checkpoint.output_dir = "runs/a b";
   c.checkpoint.save_steps = 0;
+  c.checkpoint.save_final = false;
   c.checkpoint.hf_snapshot = HfSnapshot::every_save;
   c.checkpoint.keep_last = 3;
   c.checkpoint.resume = "latest";
