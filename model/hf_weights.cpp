@@ -235,10 +235,8 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
     const io::TensorInfo& info = *snap.tensors.at(p.name);
     stored.dtypes[p.name] = info.dtype;
     Tensor dst = p.tensor;
-    const parallel::ParamLayout* layout = nullptr;
-    if (layouts)
-      if (const auto it = layouts->find(p.name); it != layouts->end()) layout = &it->second;
-    if (layout) { // this rank's boxes only
+    // This rank's boxes only, when it holds a part.
+    if (const parallel::ParamLayout* layout = parallel::find_layout(layouts, p.name)) {
       for (const parallel::ParamBox& box : layout->boxes) {
         Tensor part = parallel::local_box(dst, box);
         copy_(part, read_box(info, box, read).to(dst.dtype()).to(dst.device()));

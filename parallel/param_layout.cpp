@@ -67,6 +67,13 @@ Tensor box_view(Tensor t, const std::vector<int64_t>& offset, const Shape& shape
 
 } // namespace
 
+const ParamLayout* find_layout(const std::map<std::string, ParamLayout>* layouts,
+                               const std::string& name) {
+  if (!layouts) return nullptr;
+  const auto it = layouts->find(name);
+  return it == layouts->end() ? nullptr : &it->second;
+}
+
 Tensor local_box(const Tensor& local, const ParamBox& box) {
   return box_view(local, box.local_offset, box.shape);
 }

@@ -34,6 +34,10 @@ struct ParamLayout {
   bool writes = true; // this rank saves its boxes (false on every replica but the first)
 };
 
+// The layout of `name` in `layouts` (either may be absent: null).
+const ParamLayout* find_layout(const std::map<std::string, ParamLayout>* layouts,
+                               const std::string& name);
+
 // Views of a box: in the rank's tensor, and in the global tensor.
 Tensor local_box(const Tensor& local, const ParamBox& box);
 Tensor global_box(const Tensor& whole, const ParamBox& box);

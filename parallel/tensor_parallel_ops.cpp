@@ -69,10 +69,11 @@ Tensor reduce_scatter_block(const Tensor& x, ProcessGroup& tp) {
   return out;
 }
 
-struct SplitRowsBackward final : Node {
+// The backward of split_rows and reduce_scatter_rows: every rank's block of the gradient, whole.
+struct AllGatherRowsBackward final : Node {
   ProcessGroup* tp = nullptr;
   int64_t rows = 0;
-  const char* name() const override { return "SplitRowsBackward"; }
+  const char* name() const override { return "AllGatherRowsBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     return {all_gather_rows(g[0], rows, *tp)};
   }
@@ -84,15 +85,6 @@ struct GatherRowsBackward final : Node {
   const char* name() const override { return "GatherRowsBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     return {reduce ? reduce_scatter_block(g[0], *tp) : block_of(g[0], *tp)};
-  }
-};
-
-struct ReduceScatterRowsBackward final : Node {
-  ProcessGroup* tp = nullptr;
-  int64_t rows = 0;
-  const char* name() const override { return "ReduceScatterRowsBackward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>& g) override {
-    return {all_gather_rows(g[0], rows, *tp)};
   }
 };
 
@@ -116,7 +108,7 @@ int64_t rows_per_rank(int64_t rows, const ProcessGroup& tp) {
 Tensor split_rows(const Tensor& x, ProcessGroup& tp) {
   Tensor out = block_of(x.detach(), tp);
   if (needs_grad({&x})) {
-    auto node = std::make_shared<SplitRowsBackward>();
+    auto node = std::make_shared<AllGatherRowsBackward>();
     node->tp = &tp;
     node->rows = x.size(0);
     record(node, {&x}, {&out});
@@ -135,7 +127,7 @@ Tensor gather_rows_to_tp(const Tensor& x, int64_t rows, ProcessGroup& tp) {
 Tensor reduce_scatter_rows(const Tensor& x, ProcessGroup& tp) {
   Tensor out = reduce_scatter_block(x.detach(), tp);
   if (needs_grad({&x})) {
-    auto node = std::make_shared<ReduceScatterRowsBackward>();
+    auto node = std::make_shared<AllGatherRowsBackward>();
     node->tp = &tp;
     node->rows = x.size(0);
     record(node, {&x}, {&out});

@@ -230,10 +230,8 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir,
       const bool exact =
           key != "model/" + p.name && !model::holds_all_of(p.tensor.dtype(), DType::f32);
       Tensor dst = p.tensor;
-      const parallel::ParamLayout* layout = nullptr;
-      if (layouts)
-        if (const auto it = layouts->find(p.name); it != layouts->end()) layout = &it->second;
-      if (layout) { // this rank's boxes only
+      // This rank's boxes only, when it holds a part.
+      if (const parallel::ParamLayout* layout = parallel::find_layout(layouts, p.name)) {
         for (const parallel::ParamBox& box : layout->boxes) {
           Tensor part = Tensor::empty(box.shape, stored_dtype);
           in.read_slab_into(key, box.global_offset, part);
@@ -256,7 +254,7 @@ void load_checkpoint_weights(model::CausalLM& model, const std::string& dir,
     }
     model.stored() = std::move(kept);
     log_info("loaded ", names.size(), " tensors from ", checkpoint_state_file(dir),
-             layouts ? ", this rank's parts: " : ": ", bytes_read >> 20, " MiB");
+             layouts ? ", this rank's parts: " : ": ", double(bytes_read) / (1 << 20), " MiB read");
   } catch (const Error& e) {
     VLM_FAIL("checkpoint ", dir, ": ", e.what());
   }
