@@ -14,6 +14,7 @@ packages=(
   libcli11-dev # the argument parser of the commands and benchmarks (src/cli/args.h)
   libjpeg62-turbo-dev libpng-dev
   clang-format-14 python3
+  shellcheck # tests/jobs/test_jobs.sh: the cluster job scripts
   python3-pip # fetch_cudnn_frontend.sh: pip download of the cuDNN frontend headers' wheel
   python3-h5py # tests/io/state/test_hdf5_state_mpi.cpp: h5py reads our checkpoints
   clang-14 libclang-rt-14-dev # libFuzzer targets (tools/fuzz/): clang++ and libclang_rt.fuzzer

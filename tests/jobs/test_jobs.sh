@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The cluster jobs (issue 36) on this machine: shellcheck, then jobs/mn5.sbatch and
+# jobs/jupiter.sbatch through stand-ins for sbatch / srun / scontrol (tests/jobs/standin/), whose
+# srun runs the ranks under mpirun: the config and --set values and the bindings reach srun, bad
+# arguments are named, and the requeue path — SIGUSR1 to every rank during the run, a save, exit
+# 75, `scontrol requeue`, the requeued job resuming from latest — ends with the same losses and
+# checkpoint as an uninterrupted job.
+#   tests/jobs/test_jobs.sh <path to vlmtrain>
+set -euo pipefail
+bin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+fail() { echo "FAIL: $*"; exit 1; }
+# need FILE TEXT: FILE holds TEXT (need_line: as a whole line).
+need() { grep -qF -- "$2" "$1" || { cat "$1"; fail "$1 has no '$2'"; }; }
+need_line() { grep -qxF -- "$2" "$1" || { cat "$1"; fail "$1 has no line '$2'"; }; }
+command -v shellcheck >/dev/null || fail "no shellcheck (tools/deps/install_deps.sh installs it)"
+# From the root: the jobs' `source` directives name jobs/launch.sh.
+(cd "$root" && shellcheck -x jobs/*.sbatch jobs/launch.sh tests/jobs/standin/* tests/jobs/test_jobs.sh)
+echo "shellcheck: the jobs, their stand-ins and this test are clean"
+
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export PATH="$root/tests/jobs/standin:$PATH" VLM_ROOT="$root" VLM_BIN="$bin"
+export STANDIN_RANK_PATTERN="$bin train" STANDIN_CPUS_PER_TASK=1 STANDIN_STATE="$dir/state"
+mkdir state
+"$bin" data make-demo data --train 200 --val 10 >/dev/null
+# The text demo on this data, 12 steps, a checkpoint every 4 (absolute paths: the job runs in the
+# folder it was submitted from, like sbatch).
+run=("$root/configs/demo-text.toml" --set data.data_path="$dir/data/"
+  --set model.tokenizer="$dir/data/" --set training.total_steps=12 --set training.warmup_steps=2
+  --set checkpoint.save_steps=4 --set training.eval_steps=0 --set logging.log_every=1)
+
+# Arguments: none, a missing config.
+if sbatch "$root/jobs/mn5.sbatch" >none.log 2>&1; then fail "a job without a config ran"; fi
+need none.log "usage: sbatch jobs/<site>.sbatch CONFIG.toml"
+if sbatch "$root/jobs/mn5.sbatch" missing.toml >missing.log 2>&1; then fail "missing config ran"; fi
+need missing.log "config 'missing.toml' not found"
+
+# Uninterrupted, on MN5's 4 ranks per node.
+: >state/log
+sbatch "$root/jobs/mn5.sbatch" "${run[@]}" --set checkpoint.output_dir="$dir/straight" \
+  >straight.log 2>&1 || { cat straight.log; fail "the uninterrupted job failed"; }
+# The bindings, the config, then the resume and the --set values in order.
+need state/log "srun --cpu-bind=cores --mem-bind=local $bin train --config $root/configs/demo-text.toml --set checkpoint.resume=latest --set data.data_path=$dir/data/"
+need straight.log "parallel: dp_replicate 4 x dp_shard 1 x tp 1"
+
+# Interrupted: SIGUSR1 to every rank once 6 steps are in metrics.jsonl; the job saves, exits 75,
+# requeues itself, and the second run resumes from latest.
+: >state/log
+STANDIN_SIGNAL_WHEN="$dir/requeued/metrics.jsonl:6" sbatch "$root/jobs/mn5.sbatch" "${run[@]}" \
+  --set checkpoint.output_dir="$dir/requeued" >requeued.log 2>&1 ||
+  { cat requeued.log; fail "the requeued job failed"; }
+need_line state/log "run 0: exit 75"
+need_line state/log "scontrol requeue 4242"
+need_line state/log "run 1: exit 0"
+need requeued.log "stopped before the time limit with a checkpoint saved; requeueing"
+need requeued.log "job 4242 (restart 1)"
+need requeued.log "resume: from $dir/requeued/step_"
+/usr/bin/python3 "$root/tests/train/compare_checkpoints.py" requeued straight --metrics # Debian's, with h5py
+
+# JUPITER's script: the same launch, its own bindings (2 steps).
+: >state/log
+sbatch "$root/jobs/jupiter.sbatch" "${run[@]}" --set training.total_steps=2 \
+  --set training.warmup_steps=0 --set checkpoint.output_dir="$dir/jupiter" >jupiter.log 2>&1 ||
+  { cat jupiter.log; fail "the JUPITER job failed"; }
+need state/log "srun --cpu-bind=cores --mem-bind=local $bin train"
+echo "jobs: shellcheck, arguments, bindings, and SIGUSR1 -> save -> exit 75 -> requeue -> resume = uninterrupted"
