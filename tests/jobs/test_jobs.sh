@@ -67,4 +67,11 @@ sbatch "$root/jobs/jupiter.sbatch" "${run[@]}" --set training.total_steps=2 \
   --set training.warmup_steps=0 --set checkpoint.output_dir="$dir/jupiter" >jupiter.log 2>&1 ||
   { cat jupiter.log; fail "the JUPITER job failed"; }
 need state/log "srun --cpu-bind=cores --mem-bind=local $bin train"
+# Makefile.hpc builds with the modules each job loads.
+for site in mn5 jupiter; do
+  # shellcheck disable=SC2016 # the ${...} is the job's text, matched literally
+  want="module load $(sed -n 's/^VLM_MODULES="${VLM_MODULES-\(.*\)}"$/\1/p' "$root/jobs/$site.sbatch")"
+  [[ $want != "module load " && $(make -s -C "$root" -f Makefile.hpc SYSTEM=$site modules) == "$want" ]] ||
+    fail "Makefile.hpc SYSTEM=$site does not load the modules of jobs/$site.sbatch"
+done
 echo "jobs: shellcheck, arguments, bindings, and SIGUSR1 -> save -> exit 75 -> requeue -> resume = uninterrupted"
