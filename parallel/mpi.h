@@ -101,6 +101,14 @@ inline int MPI_Reduce_scatter_block(const void* in, void* out, int n, MPI_Dataty
                                     MPI_Comm) {
   return vlm::parallel::mpi_stub::copy(in, out, (long long)n * t);
 }
+// One rank sends to itself (the ring of parallel/process_group.cpp never does: it copies first).
+inline int MPI_Sendrecv(const void* send, int n, MPI_Datatype t, int, int, void* recv, int,
+                        MPI_Datatype, int, int, MPI_Comm, MPI_Status*) {
+  return vlm::parallel::mpi_stub::copy(send, recv, (long long)n * t);
+}
+// No rank has a peer's block to add: one rank never reduces locally (the ring returns first), so
+// reaching this is a bug, not a result.
+inline int MPI_Reduce_local(const void*, void*, int, MPI_Datatype, MPI_Op) { std::abort(); }
 inline int MPI_Iallreduce(const void* in, void* out, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                           MPI_Request* r) {
   *r = MPI_REQUEST_NULL;
