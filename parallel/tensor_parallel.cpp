@@ -83,7 +83,8 @@ TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGrou
                                bool sequence_parallel)
     : root_(&root), tp_(&tp), sequence_parallel_(sequence_parallel) {
   VLM_CHECK(!sequence_parallel || !plan.sequence_region.empty(),
-            "tensor parallel: sequence parallelism needs a sequence region in the plan");
+            "tensor parallel: this model's plan names no layers to split by tokens; set "
+            "parallel.sequence_parallel = false");
   const std::string region = sequence_parallel ? plan.sequence_region + "." : std::string();
   auto in_region = [&](const std::string& name) {
     return sequence_parallel && name.rfind(region, 0) == 0;

@@ -88,6 +88,17 @@ struct GatherRowsBackward final : Node {
   }
 };
 
+// `out`, this rank's block of x's rows, with the backward that gathers the blocks' gradients.
+Tensor with_all_gather_backward(const Tensor& x, Tensor out, ProcessGroup& tp) {
+  if (needs_grad({&x})) {
+    auto node = std::make_shared<AllGatherRowsBackward>();
+    node->tp = &tp;
+    node->rows = x.size(0);
+    record(node, {&x}, {&out});
+  }
+  return out;
+}
+
 Tensor gather(const Tensor& x, int64_t rows, ProcessGroup& tp, bool reduce_in_backward) {
   Tensor out = all_gather_rows(x.detach(), rows, tp);
   if (needs_grad({&x})) {
@@ -106,14 +117,7 @@ int64_t rows_per_rank(int64_t rows, const ProcessGroup& tp) {
 }
 
 Tensor split_rows(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = block_of(x.detach(), tp);
-  if (needs_grad({&x})) {
-    auto node = std::make_shared<AllGatherRowsBackward>();
-    node->tp = &tp;
-    node->rows = x.size(0);
-    record(node, {&x}, {&out});
-  }
-  return out;
+  return with_all_gather_backward(x, block_of(x.detach(), tp), tp);
 }
 
 Tensor gather_rows(const Tensor& x, int64_t rows, ProcessGroup& tp) {
@@ -125,14 +129,7 @@ Tensor gather_rows_to_tp(const Tensor& x, int64_t rows, ProcessGroup& tp) {
 }
 
 Tensor reduce_scatter_rows(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = reduce_scatter_block(x.detach(), tp);
-  if (needs_grad({&x})) {
-    auto node = std::make_shared<AllGatherRowsBackward>();
-    node->tp = &tp;
-    node->rows = x.size(0);
-    record(node, {&x}, {&out});
-  }
-  return out;
+  return with_all_gather_backward(x, reduce_scatter_block(x.detach(), tp), tp);
 }
 
 Tensor copy_to_tp(const Tensor& x, ProcessGroup& tp) {

@@ -1,10 +1,10 @@
 // Describe -> shard -> allocate -> load (DESIGN.md §2.1, issue 35): a model that is only
 // described is made parallel (FSDP, TP, both) with nothing allocated but each rank's parts, then
-// initialized or loaded from its HF snapshot part by part. Checked for every family, under
-// `mpirun -np 1|2|4`: the gathered model equals one process's bit for bit (the same init draws, the
-// same stored values), the ranks together read each byte of the snapshot once when FSDP spans
-// them (within 10%; TP-replicated weights are read by each TP rank), and no rank's tensor memory
-// ever comes near the whole model's.
+// initialized or loaded from its HF snapshot or a checkpoint's state.h5 part by part. Checked for
+// every family, under `mpirun -np 1|2|4`: the gathered model equals one process's bit for bit (the
+// same init draws, the same stored values), the ranks together read each byte of the snapshot once
+// when FSDP spans them (within 10%; TP-replicated weights are read by each TP rank), and no rank's
+// tensor memory ever comes near the whole model's.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,7 +14,9 @@
 #include "model/model_spec.h"
 #include "parallel/mpi_env.h"
 #include "src/core/allocator.h"
+#include "src/train/checkpoint.h"
 #include "tests/parallel/fsdp_fixture.h"
+#include "tests/parallel/shared_temp_dir.h"
 
 using namespace vlm;
 using namespace vlm::testing;
@@ -30,9 +32,9 @@ std::vector<MeshShape> layouts_for(int world) {
   return {{1, world, 1}, {1, world / 2, 2}};
 }
 
-std::shared_ptr<model::CausalLM> described(const Family& f) {
+std::shared_ptr<model::CausalLM> described(const Family& f, DType dtype = DType::f32) {
   const std::string dir = test_data(f.snapshot);
-  return model::build_model(model::read_config_json(dir), dir, DType::f32);
+  return model::build_model(model::read_config_json(dir), dir, dtype);
 }
 
 struct Parts {
@@ -41,8 +43,8 @@ struct Parts {
   parallel::Parallelized parallelized; // after the model: undone first
   std::map<std::string, parallel::ParamLayout> layouts;
 
-  Parts(const Family& f, const MeshShape& shape)
-      : mesh(parallel::world_group(), shape), model(described(f)) {
+  Parts(const Family& f, const MeshShape& shape, DType dtype = DType::f32)
+      : mesh(parallel::world_group(), shape), model(described(f, dtype)) {
     parallel::ParallelizeOptions o;
     if (shape.tp > 1) o.tp_plan = model::tp_plan(*model);
     parallelized = parallel::parallelize(*model, model->blocks(), mesh, o, Device::cpu());
@@ -129,3 +131,44 @@ TEST_CASE("load by parts: initialization by parts draws what one process draws",
       check_equal(*reference, parts.whole());
     }
 }
+
+#if VLM_WITH_HDF5
+// model.model_dir = a step_N folder: each rank reads its boxes of state.h5. bf16 parameters, so
+// that a family with F32 islands (Qwen3.5's A_log) takes their exact values from the fp32 masters.
+TEST_CASE("load by parts: a checkpoint's weights read box by box equal the whole load",
+          "[mpi][load]") {
+  const int world = parallel::mpi_world().size;
+  const auto group = parallel::world_group();
+  for (const Family& f : all_families()) {
+    INFO(f.name);
+    train::TrainConfig c = equivalence_config();
+    c.training.param_dtype = DType::bf16;
+    SharedTempDir tmp;
+    std::string dir;
+    { // One process's model and AdamW state (its fp32 masters), saved by every rank together.
+      const ParallelFamilyModel one = parallel_family_model(f, c, {});
+      train::TrainStepper stepper(c, one.model, one.step_parallel());
+      train::CheckpointSave save;
+      save.output_dir = tmp.dir;
+      save.hf_config = one.model->hf_config();
+      dir = train::save_checkpoint(train_state(one, stepper, 1), save, *group);
+    }
+    const auto reference = described(f, DType::bf16);
+    train::load_checkpoint_weights(*reference, dir);
+    for (const MeshShape& shape : layouts_for(world)) {
+      INFO(describe(shape));
+      Parts parts(f, shape, DType::bf16);
+      train::load_checkpoint_weights(*parts.model, dir, &parts.layouts);
+      check_equal(*reference, parts.whole());
+      const auto& want = reference->stored().exact;
+      const auto& got = parts.model->stored().exact;
+      REQUIRE(got.size() == want.size());
+      for (const auto& [name, value] : want) {
+        INFO("exact " << name);
+        REQUIRE(got.count(name));
+        CHECK(got.at(name).to_doubles() == value.to_doubles());
+      }
+    }
+  }
+}
+#endif
