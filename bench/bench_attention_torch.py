@@ -25,6 +25,7 @@ import re
 import statistics
 import sys
 import time
+import records  # bench/records.py: the common benchmark record
 
 try:
     import torch
@@ -184,9 +185,12 @@ def main():
             t_ours, _ = ours[(kind, (docs, length, hq, hkv, d))]
             ratio = t_torch / t_ours
             worst = min(worst, ratio)
+            shape = "%dx%d tok, Hq%d Hkv%d D%d" % (docs, length, hq, hkv, d)
             print("%-4s %-30s %10.1f %10.1f %10.1f %10.1f %7.2f" % (
-                kind, "%dx%d tok, Hq%d Hkv%d D%d" % (docs, length, hq, hkv, d), t_ours * 1e3,
-                t_torch * 1e3, f / t_ours / 1e9, f / t_torch / 1e9, ratio))
+                kind, shape, t_ours * 1e3, t_torch * 1e3, f / t_ours / 1e9, f / t_torch / 1e9,
+                ratio))
+            records.emit("bench_ops_cpu.sh", "attention %s causal %s vs torch SDPA" % (kind, shape),
+                         1, "cpu", "GFLOPs", f / t_ours / 1e9, f / t_torch / 1e9)
     print("attention vs torch SDPA, worst ratio: %.2f (target >= 1.0); torch %s, %d threads"
           % (worst, torch.__version__, torch.get_num_threads()))
 

@@ -28,6 +28,7 @@
 
 #include "bench/bench_main.h"
 #include "bench/mpi_timing.h"
+#include "bench/record.h"
 #include "io/state/hdf5_state.h"
 #include "parallel/mpi_env.h"
 #include "src/base/check.h"
@@ -171,6 +172,14 @@ int run(const Options& o) {
                 total_bytes / w_raw / 1e9, w_raw / w_h5);
     std::printf("%-6s %12.2f %12.2f %8.2f\n", "read", total_bytes / r_h5 / 1e9,
                 total_bytes / r_raw / 1e9, r_raw / r_h5);
+    // The records: plain pwrite() / pread() of the same bytes is the reference.
+    const std::string case_name = std::to_string(int64_t(total_bytes) >> 20) + " MiB in " +
+                                  std::to_string(o.tensors) + " f32 tensors, " + o.dir;
+    const std::string mesh = std::to_string(n) + " ranks";
+    bench::emit("bench_checkpoint", case_name, mesh, "cpu", "write_GBps", total_bytes / w_h5 / 1e9,
+                total_bytes / w_raw / 1e9);
+    bench::emit("bench_checkpoint", case_name, mesh, "cpu", "read_GBps", total_bytes / r_h5 / 1e9,
+                total_bytes / r_raw / 1e9);
   }
   if (rank == 0) {
     std::filesystem::remove(h5);

@@ -22,6 +22,7 @@
 
 #include "bench/bench_main.h"
 #include "bench/mpi_timing.h"
+#include "bench/record.h"
 #include "kernels/nccl.h"
 #include "parallel/mpi_env.h"
 #include "parallel/process_group.h"
@@ -179,9 +180,18 @@ int run(const Options& o) {
     for (const Row& r : rows_for(s, b)) {
       const auto [ours, raw] = bench::time_pair(r.ours, r.raw, int(o.iters), 2);
       const double gb = double(b.total) * 4 / 1e9;
-      if (w.rank == 0)
+      if (w.rank == 0) {
         std::printf("%-20s %10lld %12.3f %12.3f %12.1f %7.2fx\n", r.name, (long long)(b.total * 4),
                     gb / ours * r.factor, gb / raw * r.factor, ours * 1e6, raw / ours);
+        // The records: the raw library call is the reference (the scaling model reads bus_GBps).
+        const std::string case_name =
+            std::string(r.name) + " " + std::to_string(b.total * 4) + " bytes";
+        const std::string mesh = std::to_string(s.n) + " ranks";
+        const std::string device = (s.cuda ? s.device.str() : "cpu") + (s.cuda ? " nccl" : " mpi");
+        bench::emit("bench_collectives", case_name, mesh, device, "bus_GBps", gb / ours * r.factor,
+                    gb / raw * r.factor);
+        bench::emit("bench_collectives", case_name, mesh, device, "time_us", ours * 1e6, raw * 1e6);
+      }
     }
   }
   return 0;

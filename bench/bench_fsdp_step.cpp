@@ -20,9 +20,10 @@
 // exposed communication = step - compute (what the step waits for), overlap = 1 - exposed / comm
 // (the share of the communication hidden behind compute; 0 when every collective blocks the
 // host, as MPI's do on CPU: nonblocking MPI collectives progress only inside MPI calls). Rank 0
-// prints a table and one JSON line. Each data-parallel rank trains on its own packed row of S
-// tokens (4 documents, random ids seeded by its data-parallel rank; tensor-parallel peers share
-// it); the step is bench_step_setup.h's at lr 1e-4.
+// prints a table and the common records (bench/record.h: step_ms, compute_ms, exposed_comm_ms,
+// ...). Each data-parallel rank trains on its own packed row of S tokens (4 documents, random ids
+// seeded by its data-parallel rank; tensor-parallel peers share it); the step is
+// bench_step_setup.h's at lr 1e-4.
 //
 // With --tp T > 1 the step's collectives are also split by group (the tensor-parallel group and
 // its sub-groups vs the data-parallel ones), and the TP bytes one rank moves per step are checked
@@ -37,12 +38,14 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bench/bench_main.h"
 #include "bench/bench_step_setup.h"
+#include "bench/record.h"
 #include "model/model_spec.h"
 #include "parallel/fsdp.h"
 #include "parallel/local_group.h"
@@ -381,7 +384,7 @@ double tp_bytes_ratio(const std::vector<Recorded>& one_step, const TpTraffic& an
   return double(traffic(one_step, true).bytes) / double(analytic.bytes);
 }
 
-// Rank 0's table and JSON line.
+// Rank 0's table and records.
 void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, double step,
             double compute, double comm, const std::vector<Recorded>& one_step,
             const TpTraffic& analytic) {
@@ -411,29 +414,29 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
         tp.collectives, (long long)tp.bytes, (long long)analytic.collectives,
         (long long)analytic.bytes, tp_bytes_ratio(one_step, analytic), dp.collectives,
         (long long)dp.bytes);
-  nlohmann::ordered_json j;
-  j["ranks"] = n;
-  j["layout"] = mesh.shape().str();
-  j["device"] = device.str();
-  j["dtype"] = o.dtype;
-  j["step_ms"] = step * 1e3;
-  j["compute_ms"] = compute * 1e3;
-  j["exposed_comm_ms"] = exposed * 1e3;
-  j["comm_ms"] = comm * 1e3;
-  j["overlap"] = overlap;
-  j["collectives"] = one_step.size();
-  j["comm_bytes"] = bytes;
-  if (tensor_parallel) { // only then, so that a data-parallel run's line stays as it was
-    j["tp"] = mesh.shape().tp;
-    j["sp"] = o.sp == 1;
-    j["tp_collectives"] = tp.collectives;
-    j["tp_bytes"] = tp.bytes;
-    j["tp_bytes_analytic"] = analytic.bytes;
-    j["tp_bytes_ratio"] = tp_bytes_ratio(one_step, analytic);
-    j["dp_collectives"] = dp.collectives;
-    j["dp_bytes"] = dp.bytes;
+  // The common records (bench/record.h); the case names the model and what the mesh does not.
+  const std::string case_name = "qwen3 hidden " + std::to_string(o.size.hidden) + " x " +
+                                std::to_string(o.size.layers) + " layers, vocab " +
+                                std::to_string(o.size.vocab) + ", " + std::to_string(o.seq) +
+                                " tokens per rank, " + o.dtype +
+                                (o.sp ? ", sequence parallel" : "") + ", --layout " + o.layout;
+  const std::string mesh_name = std::to_string(n) + " ranks: " + mesh.shape().str();
+  auto emit = [&](const char* metric, double value, std::optional<double> reference = {}) {
+    bench::emit("bench_fsdp_step", case_name, mesh_name, device.str(), metric, value, reference);
+  };
+  emit("step_ms", step * 1e3);
+  emit("compute_ms", compute * 1e3);
+  emit("exposed_comm_ms", exposed * 1e3);
+  emit("comm_ms", comm * 1e3);
+  emit("overlap", overlap);
+  emit("comm_bytes", double(bytes));
+  emit("collectives", double(one_step.size()));
+  emit("threads", double(omp_get_max_threads()));
+  if (tensor_parallel) { // recorded against the analytic count
+    emit("tp_bytes", double(tp.bytes), double(analytic.bytes));
+    emit("tp_collectives", double(tp.collectives), double(analytic.collectives));
+    emit("dp_bytes", double(dp.bytes));
   }
-  std::printf("%s\n", j.dump().c_str());
 }
 
 int run(const Options& o) {

@@ -23,6 +23,7 @@
 
 #include "bench/bench_main.h"
 #include "bench/median.h"
+#include "bench/record.h"
 #include "io/state/safetensors.h"
 #include "src/base/rng.h"
 #include "src/core/autograd.h"
@@ -101,6 +102,9 @@ void row(const char* kind, int64_t docs, int64_t len, const Heads& h, double sec
                 heads_name(h).c_str());
   std::printf("gated_delta %-8s %-38s %10.3f ms %9.1f ktok/s\n", kind, shape, sec * 1e3,
               double(docs * len) / sec / 1e3);
+  // The reference (transformers' chunked rule) runs in bench_gated_delta.sh, which pairs them.
+  vlm::bench::emit("bench_gated_delta", std::string("gated_delta ") + kind + " " + shape, "1",
+                   "cpu", "ms", sec * 1e3);
   std::fflush(stdout);
 }
 

@@ -28,6 +28,7 @@ from transformers.utils import logging as hf_logging
 from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule
 
 from bench_attention_torch import median_seconds  # (bench/, the script's folder)
+import records  # bench/records.py: the common benchmark record
 
 ROW = re.compile(r"gated_delta (fwd\+bwd|fwd)\s+(\d+)x(\d+) tok, HK(\d+) HV(\d+) dk(\d+) dv(\d+)"
                  r"\s+([\d.]+) ms")
@@ -115,6 +116,8 @@ def main():
             shape = "%dx%d tok, HK%d HV%d dk%d dv%d" % key
             print("%-8s %-38s %10.1f %10.1f %7.2f" % (kind, shape, t_ours * 1e3, t_torch * 1e3,
                                                       ratio), flush=True)
+            records.emit("bench_gated_delta.sh", "gated_delta %s %s vs transformers' chunked rule"
+                         % (kind, shape), 1, "cpu", "ms", t_ours * 1e3, t_torch * 1e3)
     print("gated delta rule vs transformers' torch_chunk_gated_delta_rule, worst ratio: fwd %.2f, "
           "fwd+bwd %.2f (target >= 2); torch %s, %d threads%s"
           % (worst.get("fwd", 0), worst.get("fwd+bwd", 0), torch.__version__,

@@ -22,10 +22,12 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/bench_main.h"
+#include "bench/record.h"
 #include "kernels/attention.h"
 #include "kernels/attention_cudnn.h"
 #include "kernels/gpu_runtime.h"
@@ -69,10 +71,15 @@ double median_seconds(int repeats, const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
+// A table row and its common record (metric: the unit without "/": "TFLOPs", "GBps"; reference:
+// the rate of the reference run where there is one).
 void row(const std::string& name, const std::string& shape, double sec, double rate,
-         const char* unit, const std::string& ref) {
+         const char* unit, const std::string& ref, std::optional<double> ref_rate = {}) {
   std::printf("| %-24s | %-30s | %9.3f ms | %8.2f %-7s | %-34s |\n", name.c_str(), shape.c_str(),
               sec * 1e3, rate, unit, ref.c_str());
+  std::string metric = unit;
+  metric.erase(std::remove(metric.begin(), metric.end(), '/'), metric.end());
+  bench::emit("bench_gpu_ops", name + " " + shape, "1", "cuda:0", metric, rate, ref_rate);
 }
 
 std::string fmt(const char* f, double a, double b = 0) {
@@ -142,7 +149,7 @@ void bench_gemm(int64_t M, int64_t N, int64_t K, int repeats) {
       median_seconds(repeats, [&] { raw.run(c.data_ptr(), x.data_ptr(), w.data_ptr()); });
   const std::string shape = fmt("M=%.0f N=%.0f", double(M), double(N)) + fmt(" K=%.0f", double(K));
   row("gemm bf16 (linear)", shape, ours, flops / ours / 1e12, "TFLOP/s",
-      fmt("cuBLASLt %.1f TFLOP/s, ratio %.2f", flops / ref / 1e12, ref / ours));
+      fmt("cuBLASLt %.1f TFLOP/s, ratio %.2f", flops / ref / 1e12, ref / ours), flops / ref / 1e12);
 }
 
 // Our attention timings, for the torch rows after them.
@@ -259,9 +266,9 @@ void bench_attention(int64_t T, int64_t D, int repeats) {
             : "H100 FA2 310, FA3 542");
   if (cudnn_fwd > 0) {
     row("cuDNN attention fwd", shape, cudnn_fwd, fwd_flops / cudnn_fwd / 1e12, "TFLOP/s",
-        fmt("%.1fx the own kernel (target >= 5)", fwd / cudnn_fwd));
+        fmt("%.1fx the own kernel (target >= 5)", fwd / cudnn_fwd), fwd_flops / fwd / 1e12);
     row("cuDNN attention bwd", shape, cudnn_bwd, 2.5 * fwd_flops / cudnn_bwd / 1e12, "TFLOP/s",
-        fmt("%.1fx the own kernel (target >= 5)", bwd / cudnn_bwd));
+        fmt("%.1fx the own kernel (target >= 5)", bwd / cudnn_bwd), 2.5 * fwd_flops / bwd / 1e12);
   }
   // What the op runs for bf16 is what torch is compared with.
   if (cudnn_fwd > 0)
@@ -316,6 +323,11 @@ void compare_attention_with_torch(const std::string& python, const std::string& 
         fmt("ours / torch speed %.2f (target >= 0.9)", tf / t.fwd));
     row("torch SDPA bwd (causal)", shape, tb, 2.5 * fwd_flops / tb / 1e12, "TFLOP/s",
         fmt("ours / torch speed %.2f (target >= 0.9)", tb / t.bwd));
+    // Ours (what the op runs for bf16) against torch's SDPA.
+    bench::emit("bench_gpu_ops", "attention fwd (causal) vs torch SDPA " + shape, "1", "cuda:0",
+                "TFLOPs", fwd_flops / t.fwd / 1e12, fwd_flops / tf / 1e12);
+    bench::emit("bench_gpu_ops", "attention bwd (causal) vs torch SDPA " + shape, "1", "cuda:0",
+                "TFLOPs", 2.5 * fwd_flops / t.bwd / 1e12, 2.5 * fwd_flops / tb / 1e12);
     const size_t b = it->find("\"sdpa_backend\": \"");
     if (b != std::string::npos)
       std::printf("|   torch SDPA backend: %s\n",
@@ -353,7 +365,7 @@ void bench_rmsnorm(int64_t rows, int64_t hidden, int repeats) {
   try {
     const double ours = median_seconds(repeats, [&] { rms_norm(x, w, 1e-6); });
     row("rmsnorm fwd bf16", shape, ours, bytes / ours / 1e9, "GB/s",
-        fmt("d2d copy %.0f GB/s, ratio %.2f", bytes / copy / 1e9, copy / ours));
+        fmt("d2d copy %.0f GB/s, ratio %.2f", bytes / copy / 1e9, copy / ours), bytes / copy / 1e9);
   } catch (const Error& e) {
     std::printf("| %-24s | %-30s | n/a (%s)\n", "rmsnorm fwd bf16", shape.c_str(), e.what());
   }

@@ -207,6 +207,14 @@ void print_json(const Options& o, const nlohmann::json& config, const model::Cau
   j["loss_first"] = r.times.loss_first;
   j["loss_last"] = r.times.loss_last;
   j["grad_norm_first"] = r.times.grad_norm_first;
+  // The common records, before the JSON line (bench_gpu_step.sh reads the last line).
+  const std::string case_name = o.preset + ", " + std::to_string(o.rows) + " x " +
+                                std::to_string(o.seq_len) + " tokens, ac " + o.ac;
+  bench::emit_step_records("bench_gpu_step", case_name, device.str(), r.times, r.flops.tokens);
+  bench::emit("bench_gpu_step", case_name, "1", device.str(), "tflops", tflops);
+  if (peak > 0) bench::emit("bench_gpu_step", case_name, "1", device.str(), "mfu", tflops / peak);
+  bench::emit("bench_gpu_step", case_name, "1", device.str(), "peak_memory_bytes",
+              double(allocator_for(device).stats().peak_bytes));
   std::printf("%s\n", j.dump().c_str());
 }
 

@@ -82,8 +82,10 @@ for recipe in $recipes; do
   results+=("$tmp/torch-$recipe.json")
 done
 
-python3 - "${results[@]}" <<'EOF'
+python3 - "$root/bench" "${results[@]}" <<'EOF'
 import json, math, sys
+sys.path.insert(0, sys.argv.pop(1))
+import records
 
 runs = []
 for path in sys.argv[1:]:
@@ -141,6 +143,9 @@ if ok_ours:
           f"our init {ours['init_s']:.1f} s")
 for r in timed[1:]:
     print(f"{r['impl']}: torch {r['torch']}, transformers {r['transformers']}, {r['device_name']}")
+    if ok_ours:  # the common record: ours against this torch recipe
+        records.emit("bench_gpu_step.sh", f"{ours['config']['preset']} vs {r['impl']}", 1,
+                     ours["device"], "tokens_per_s", ours["tokens_per_s"], r["tokens_per_s"])
 
 for p in problems:
     print(f"PROBLEM: {p}")

@@ -12,10 +12,13 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "bench/bench_main.h"
 #include "bench/median.h"
+#include "bench/record.h"
 #include "kernels/norm.h"
 #include "src/core/autograd.h"
 #include "src/core/ops.h"
@@ -35,6 +38,13 @@ double median_seconds(int repeats, const std::function<void()>& fn) {
 void row(const char* name, const char* shape, double flops, double sec, const char* extra = "") {
   std::printf("%-22s %-34s %9.3f ms %9.2f GFLOP/s %s\n", name, shape, sec * 1e3, flops / sec / 1e9,
               extra);
+}
+
+// The common record of one op and shape (bench/record.h).
+void record(const char* name, const char* shape, const char* metric, double value,
+            std::optional<double> reference = {}) {
+  bench::emit("bench_ops_cpu", std::string(name) + " " + shape, "1", "cpu", metric, value,
+              reference);
 }
 
 // Our linear() against cblas_sgemm on the same buffers; returns the worst ratio (BLAS time / ours).
@@ -64,6 +74,7 @@ double bench_linear(bool quick, int reps, Rng& rng) {
     std::snprintf(extra, sizeof extra, "vs cblas_sgemm %.2f GFLOP/s: ratio %.3f",
                   flops / blas / 1e9, ratio);
     row("linear f32", shape, flops, ours, extra);
+    record("linear f32", shape, "GFLOPs", flops / ours / 1e9, flops / blas / 1e9);
   }
   return worst_ratio;
 }
@@ -101,6 +112,8 @@ void bench_attention(bool quick, int reps, Rng& rng) {
                   (long long)len, (long long)hq, (long long)hkv, (long long)d);
     row("attention fwd causal", shape, flops, fwd);
     row("attention bwd causal", shape, 2.5 * flops, std::max(both - fwd, 1e-9));
+    record("attention fwd causal", shape, "GFLOPs", flops / fwd / 1e9);
+    record("attention bwd causal", shape, "GFLOPs", 2.5 * flops / std::max(both - fwd, 1e-9) / 1e9);
   }
 }
 
@@ -148,6 +161,9 @@ double bench_rms_norm(bool quick, int reps, Rng& rng) {
       std::snprintf(extra, sizeof extra, "%.2f GB/s, copy %.2f GB/s: ratio %.2f",
                     3 * bytes / bwd / 1e9, 3 * bytes / copy3 / 1e9, copy3 / bwd);
       row("rms_norm bwd f32", shape, 6.0 * double(n), bwd, extra);
+      // A copy of as many bytes is the reference.
+      record("rms_norm fwd f32", shape, "GBps", 2 * bytes / fwd / 1e9, 2 * bytes / copy2 / 1e9);
+      record("rms_norm bwd f32", shape, "GBps", 3 * bytes / bwd / 1e9, 3 * bytes / copy3 / 1e9);
       worst_norm = std::min({worst_norm, copy2 / fwd, copy3 / bwd});
     }
   }
@@ -165,6 +181,7 @@ void bench_fused(bool quick, int reps, Rng& rng) {
     std::snprintf(extra, sizeof extra, "primitive %.3f ms: speedup %.2fx", prim * 1e3,
                   prim / fused);
     std::printf("%-22s %-34s %9.3f ms %17s %s\n", name, shape, fused * 1e3, "", extra);
+    record(name, shape, "ms", fused * 1e3, prim * 1e3); // the primitive sequence is the reference
   };
   {
     Tensor x = Tensor::randn({tokens, hidden}, rng), h = Tensor::randn({tokens, hidden}, rng);

@@ -1,6 +1,7 @@
 // What the training-step benchmarks share (bench_train_step, bench_fsdp_step, bench_gpu_step,
 // bench_vl_step): the size options of a random-init Qwen3, the packed batch and its LCG token ids,
-// the TrainConfig of the step, the timed loop of steps and the figures of its JSON line.
+// the TrainConfig of the step, the timed loop of steps, the figures of its JSON line and its
+// common records.
 #pragma once
 
 #include <omp.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "bench/median.h"
+#include "bench/record.h"
 #include "model/batch.h"
 #include "model/model_spec.h"
 #include "src/base/check.h"
@@ -144,6 +146,17 @@ inline void add_step_figures(nlohmann::ordered_json& j, const StepTimes& t, int6
   j["threads"] = omp_get_max_threads();
   j["loss_first"] = t.loss_first;
   j["loss_last"] = t.loss_last;
+}
+
+// The common records of a step benchmark (bench/record.h), before its JSON line: the median
+// step_ms, the fastest step's, and tokens_per_s at the median.
+inline void emit_step_records(const std::string& benchmark, const std::string& case_name,
+                              const std::string& device, const StepTimes& t, int64_t tokens) {
+  const double step_ms = median(t.ms);
+  emit(benchmark, case_name, "1", device, "step_ms", step_ms);
+  emit(benchmark, case_name, "1", device, "step_ms_min",
+       *std::min_element(t.ms.begin(), t.ms.end()));
+  emit(benchmark, case_name, "1", device, "tokens_per_s", double(tokens) / (step_ms / 1e3));
 }
 
 } // namespace vlm::bench

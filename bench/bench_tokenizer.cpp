@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/bench_main.h"
+#include "bench/record.h"
 #include "io/text/tokenizer.h"
 #include "src/base/check.h"
 
@@ -79,6 +80,13 @@ int run(const Options& o) {
   std::printf("corpus: %zu documents, %.2f MB\n", docs.size(), bytes / 1e6);
   std::printf("ours: load %.2f s; cold %.2f MB/s; warm %.2f MB/s; %zu tokens\n", load,
               bytes / cold.seconds / 1e6, bytes / best.seconds / 1e6, best.tokens);
+  // The reference (HF tokenizers) runs in bench_tokenizer.sh, which pairs them.
+  const std::string case_name =
+      std::to_string(docs.size()) + " documents, " + std::to_string(bytes) + " bytes, one thread";
+  vlm::bench::emit("bench_tokenizer", case_name + ", cold", "1", "cpu", "MBps",
+                   double(bytes) / cold.seconds / 1e6);
+  vlm::bench::emit("bench_tokenizer", case_name + ", warm", "1", "cpu", "MBps",
+                   double(bytes) / best.seconds / 1e6);
   return 0;
 }
 

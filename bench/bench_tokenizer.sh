@@ -89,8 +89,10 @@ print(f"hf: tokenizers {tokenizers.__version__}; cold {nbytes / cold / 1e6:.2f} 
 EOF
 )
 echo "$hf"
-python3 - "$ours" "$hf" <<'EOF'
+python3 - "$root/bench" "$ours" "$hf" <<'EOF'
 import re, sys
+sys.path.insert(0, sys.argv.pop(1))
+import records
 def field(text, name):
     m = re.search(name + r" ([0-9.]+) MB/s", text)
     return float(m.group(1)) if m else None
@@ -100,6 +102,8 @@ if field(hf, "warm") is None:
     sys.exit(0)
 for kind in ("cold", "warm"):
     print(f"ratio ({kind}): {field(ours, kind) / field(hf, kind):.1f}x HF tokenizers (target >= 1.5x)")
+    records.emit("bench_tokenizer.sh", f"one thread, {kind}", 1, "cpu", "MBps", field(ours, kind),
+                 field(hf, kind))
 tok = [re.search(r"(\d+) tokens", t).group(1) for t in (ours, hf)]
 print("token counts " + ("agree" if tok[0] == tok[1] else f"DIFFER: ours {tok[0]}, hf {tok[1]}"))
 EOF

@@ -82,6 +82,11 @@ int run(const Options& o) {
   j["steps"] = o.steps;
   j["warmup"] = o.warmup;
   bench::add_step_figures(j, times, o.seq);
+  bench::emit_step_records("bench_train_step",
+                           "qwen3 hidden " + std::to_string(o.size.hidden) + " x " +
+                               std::to_string(o.size.layers) + " layers, seq " +
+                               std::to_string(o.seq) + ", " + o.dtype,
+                           "cpu", times, o.seq);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -154,7 +154,7 @@ fi
 results=()
 for cfg in ${CONFIGS:-tiny small small-1doc long}; do
   # shellcheck disable=SC2086
-  ours=$("$bin" ${shape[$cfg]} ${runs[$cfg]})
+  ours=$("$bin" ${shape[$cfg]} ${runs[$cfg]} | tail -n 1) # its JSON line (the records come first)
   echo "$cfg ours:  $ours"
   # shellcheck disable=SC2086
   ref=$(python3 "$tmp/ref.py" ${shape[$cfg]} ${runs[$cfg]} --threads "$threads")
@@ -162,9 +162,11 @@ for cfg in ${CONFIGS:-tiny small small-1doc long}; do
   results+=("$cfg" "$ours" "$ref")
 done
 
-python3 - "${results[@]}" <<'EOF'
+python3 - "$root/bench" "${results[@]}" <<'EOF'
 import json, sys
-a = sys.argv[1:]
+sys.path.insert(0, sys.argv[1])
+import records
+a = sys.argv[2:]
 print()
 print(f"{'config':<10} {'ours tok/s':>12} {'torch tok/s':>12} {'ratio':>7}   "
       f"{'ours ms':>9} {'torch ms':>9} {'best-step ratio':>16}   loss first -> last (ours | torch)")
@@ -178,6 +180,8 @@ for i in range(0, len(a), 3):
               f"{ours['loss_first']:.3f} -> {ours['loss_last']:.3f}")
         continue
     ratio = ours["tokens_per_s"] / ref["tokens_per_s"]
+    records.emit("bench_train_step.sh", cfg, 1, "cpu", "tokens_per_s", ours["tokens_per_s"],
+                 ref["tokens_per_s"])
     print(f"{cfg:<10} {ours['tokens_per_s']:>12.0f} {ref['tokens_per_s']:>12.0f} {ratio:>6.2f}x   "
           f"{ours['step_ms']:>9.1f} {ref['step_ms']:>9.1f} "
           f"{ref['step_ms_min'] / ours['step_ms_min']:>15.2f}x   "

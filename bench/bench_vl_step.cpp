@@ -55,6 +55,9 @@ int run(const Options& o) {
   j["params"] = m->num_parameters();
   j["tokens"] = b.input_ids.numel();
   bench::add_step_figures(j, times, b.input_ids.numel());
+  bench::emit_step_records("bench_vl_step",
+                           o.model_dir + ", " + std::to_string(b.input_ids.numel()) + " tokens",
+                           "cpu", times, b.input_ids.numel());
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -60,14 +60,18 @@ for family in ${FAMILIES:-qwen3_vl qwen3_5}; do
     results+=("$family $cfg" "$ours" "$torch")
   done
 done
-python3 - "${results[@]}" <<'EOF2'
+python3 - "$root/bench" "${results[@]}" <<'EOF2'
 import json, sys
-a = sys.argv[1:]
+sys.path.insert(0, sys.argv[1])
+import records
+a = sys.argv[2:]
 print(f"\n{'model':<15} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>7} {'ours ms':>9} "
       f"{'torch ms':>9}   first-step loss ours | torch (rel diff)   last loss ours | torch")
 for i in range(0, len(a), 3):
     name, o, r = a[i], json.loads(a[i + 1]), json.loads(a[i + 2])
     rel = abs(o['loss_first'] - r['loss_first']) / abs(r['loss_first'])
+    records.emit("bench_vl_step.sh", name, 1, "cpu", "tokens_per_s", o["tokens_per_s"],
+                 r["tokens_per_s"])
     print(f"{name:<15} {o['tokens_per_s']:>11.0f} {r['tokens_per_s']:>12.0f} "
           f"{o['tokens_per_s'] / r['tokens_per_s']:>6.2f}x {o['step_ms']:>9.1f} {r['step_ms']:>9.1f}"
           f"   {o['loss_first']:.6f} | {r['loss_first']:.6f} ({rel:.1e})"

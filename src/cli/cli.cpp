@@ -12,6 +12,7 @@
 #include "src/cli/cmd_dump.h"
 #include "src/cli/cmd_export.h"
 #include "src/cli/cmd_generate.h"
+#include "src/cli/cmd_report.h"
 #include "src/cli/cmd_tokenize.h"
 #include "src/cli/cmd_train.h"
 #include "src/core/device.h"
@@ -59,6 +60,7 @@ const Command kCommands[] = {
     {"dump", "one forward (+ backward) of an HF snapshot: logits, loss, grads to safetensors",
      cmd_dump},
     {"generate", "the greedy answer of a checkpoint to one chat turn (text, image)", cmd_generate},
+    {"report", "PNG plots of runs' metrics.jsonl and of benchmark records", cmd_report},
     {"models", "the model types and presets this build knows", cmd_models},
     {"device-query", "the CUDA devices this build sees", cmd_device_query},
 };

@@ -91,6 +91,17 @@ cmp "$ckpt/model.safetensors" exported/model.safetensors >/dev/null ||
   fail "export of an f32 checkpoint changed the weights"
 grep -q "train done" log_a.txt || fail "no run summary"
 expect_error "has no vision tower" "$bin" generate --model "$ckpt" --image image.png --prompt hi
+# `vlmtrain report` draws both runs' metrics (tools/report/report.py, matplotlib): PNG files
+# with every panel's data (a panel without any is drawn as "not recorded"; only MFU may be).
+"$bin" report out_vl out_a --out report >report.txt 2>&1 || { cat report.txt; fail "report failed"; }
+! grep "not in the metrics" report.txt | grep -qv "not in the metrics: MFU$" ||
+  { cat report.txt; fail "report found no data for a panel other than MFU"; }
+for f in training.png loss.png; do
+  [[ $(head -c 8 "report/$f" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+    fail "report/$f is not a PNG"
+  (($(stat -c %s "report/$f") > 10000)) || fail "report/$f is too small to hold the plots"
+done
+expect_error "no metrics.jsonl there" "$bin" report nothere --out report
 echo "demo: the main job (VLM) trains and generate answers from its checkpoint; text demo:" \
   "loss falls, reruns bit-identical, activation checkpointing changes nothing, chunked loss" \
-  "agrees, missing device refused, export ok"
+  "agrees, missing device refused, export ok, report plots"

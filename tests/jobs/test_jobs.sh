@@ -27,11 +27,13 @@ export PATH="$root/tests/jobs/standin:$PATH" VLM_ROOT="$root" VLM_BIN="$bin"
 export STANDIN_RANK_PATTERN="$bin train" STANDIN_CPUS_PER_TASK=1 STANDIN_STATE="$dir/state"
 mkdir state
 "$bin" data make-demo data --train 200 --val 10 >/dev/null
-# The text demo on this data, 12 steps, a checkpoint every 4 (absolute paths: the job runs in the
-# folder it was submitted from, like sbatch).
+# The text demo on this data, 120 steps, a checkpoint every 40 (absolute paths: the job runs in the
+# folder it was submitted from, like sbatch). The signal comes after step 6: the steps after it
+# leave the stand-in's watcher (it polls every 0.2 s) seconds to deliver it before the run could
+# end on its own (12 steps were too few on an idle machine).
 run=("$root/configs/demo-text.toml" --set data.data_path="$dir/data/"
-  --set model.tokenizer="$dir/data/" --set training.total_steps=12 --set training.warmup_steps=2
-  --set checkpoint.save_steps=4 --set training.eval_steps=0 --set logging.log_every=1)
+  --set model.tokenizer="$dir/data/" --set training.total_steps=120 --set training.warmup_steps=2
+  --set checkpoint.save_steps=40 --set training.eval_steps=0 --set logging.log_every=1)
 
 # Arguments: none, a missing config.
 if sbatch "$root/jobs/mn5.sbatch" >none.log 2>&1; then fail "a job without a config ran"; fi

@@ -17,6 +17,7 @@ packages=(
   shellcheck # tests/jobs/test_jobs.sh: the cluster job scripts
   python3-pip # fetch_cudnn_frontend.sh: pip download of the cuDNN frontend headers' wheel
   python3-h5py # tests/io/state/test_hdf5_state_mpi.cpp: h5py reads our checkpoints
+  python3-matplotlib # `vlmtrain report` (tools/report/report.py): the plots
   clang-14 libclang-rt-14-dev # libFuzzer targets (tools/fuzz/): clang++ and libclang_rt.fuzzer
 )
 
