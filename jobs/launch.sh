@@ -9,7 +9,7 @@
 # The site script sets: VLM_ROOT (the checkout), VLM_BIN (vlmtrain), VLM_MODULES (module names,
 # may be empty), VLM_SRUN_ARGS (an array: CPU / memory binding) and exports its environment.
 # Arguments: CONFIG.toml [--set key=value ...] (later --set win, so a user's checkpoint.resume
-# does too).
+# does too), or `bench ...`: a benchmark over a sweep of node counts (vlm_bench_sweep).
 
 vlm_load_modules() {
   [[ -n ${VLM_MODULES:-} ]] || return 0
@@ -46,4 +46,61 @@ vlm_launch() {
     scontrol requeue "$SLURM_JOB_ID"
   fi
   return "$rc"
+}
+
+# The benchmarks under the same settings: `sbatch --nodes=N jobs/<site>.sbatch bench [--nodes
+# 1,2,4] [--out FILE] BENCHMARK [its options]` runs build/bench/BENCHMARK (bench_collectives,
+# bench_fsdp_step, bench_checkpoint, ...; add `--device cuda` for the GPUs) once on each node count
+# of the sweep (default 1, 2, 4, ... up to the allocation's nodes), a full node of ranks each, all
+# writing their common records (bench/record.h) into one file: FILE, default
+# logs/bench-<job id>.jsonl. tools/scaling/scaling_model.py and `vlmtrain report --records FILE`
+# read it.
+vlm_bench_sweep() {
+  local sweep="" out="logs/bench-$SLURM_JOB_ID.jsonl"
+  while [[ ${1:-} == --nodes || ${1:-} == --out ]]; do
+    if [[ $1 == --nodes ]]; then sweep="${2:-}"; else out="${2:-}"; fi
+    shift 2 || true
+  done
+  local bench="${1:-}"
+  if [[ -z $bench || $bench == -* ]]; then
+    echo "usage: sbatch --nodes=N jobs/<site>.sbatch bench [--nodes 1,2,4] [--out FILE]" \
+      "BENCHMARK [options]" >&2
+    return 2
+  fi
+  shift
+  local bin="${VLM_BENCH_DIR:-$(dirname "$VLM_BIN")/bench}/$bench"
+  [[ -x $bin ]] || {
+    echo "$SLURM_JOB_NAME: benchmark $bin is not built (VLM_BENCH_DIR names their folder)" >&2
+    return 2
+  }
+  if [[ -z $sweep ]]; then
+    local n=1
+    while ((n <= SLURM_NNODES)); do sweep+="${sweep:+,}$n" n=$((n * 2)); done
+  fi
+  mkdir -p "$(dirname "$out")"
+  local nodes rc=0
+  for nodes in ${sweep//,/ }; do
+    if ((nodes < 1 || nodes > SLURM_NNODES)); then
+      echo "$SLURM_JOB_NAME: --nodes $sweep asks for $nodes of the job's $SLURM_NNODES nodes" >&2
+      return 2
+    fi
+    echo "job $SLURM_JOB_ID: $bench on $nodes node(s) x $SLURM_NTASKS_PER_NODE ranks -> $out"
+    VLM_BENCH_RECORDS="$out" srun "${VLM_SRUN_ARGS[@]}" --nodes="$nodes" \
+      --ntasks=$((nodes * SLURM_NTASKS_PER_NODE)) "$bin" "$@" || rc=$?
+    ((rc == 0)) || {
+      echo "$SLURM_JOB_NAME: $bench failed on $nodes node(s) (exit $rc)" >&2
+      return "$rc"
+    }
+  done
+  echo "job $SLURM_JOB_ID: records of $bench on ${sweep} node(s) in $out"
+}
+
+# The job's command: a training run, or `bench ...`.
+vlm_main() {
+  if [[ ${1:-} == bench ]]; then
+    shift
+    vlm_bench_sweep "$@"
+  else
+    vlm_launch "$@"
+  fi
 }

@@ -69,6 +69,29 @@ sbatch "$root/jobs/jupiter.sbatch" "${run[@]}" --set training.total_steps=2 \
   --set training.warmup_steps=0 --set checkpoint.output_dir="$dir/jupiter" >jupiter.log 2>&1 ||
   { cat jupiter.log; fail "the JUPITER job failed"; }
 need state/log "srun --cpu-bind=cores --mem-bind=local $bin train"
+# The benchmark launcher: one records file over a sweep of node counts (`sbatch --nodes=2`: two
+# "nodes" of 4 ranks, all on this machine).
+benches="$(dirname "$bin")/bench"
+if [[ -x $benches/bench_collectives ]]; then
+  : >state/log
+  sbatch --nodes=2 "$root/jobs/mn5.sbatch" bench --out "$dir/sweep.jsonl" bench_collectives \
+    --max-mib 1 --iters 2 >sweep.log 2>&1 || { cat sweep.log; fail "the benchmark sweep failed"; }
+  need state/log "srun --cpu-bind=cores --mem-bind=local --nodes=1 --ntasks=4 $benches/bench_collectives --max-mib 1 --iters 2"
+  need state/log "srun --cpu-bind=cores --mem-bind=local --nodes=2 --ntasks=8 $benches/bench_collectives"
+  need sweep.log "records of bench_collectives on 1,2 node(s) in $dir/sweep.jsonl"
+  python3 - "$dir/sweep.jsonl" <<'PY' || fail "the sweep's records file"
+import json, sys
+meshes = {json.loads(l)["mesh"] for l in open(sys.argv[1]) if l.strip()}
+assert meshes == {"4 ranks", "8 ranks"}, meshes
+PY
+  if sbatch "$root/jobs/mn5.sbatch" bench >bench_usage.log 2>&1; then fail "bench without a benchmark ran"; fi
+  need bench_usage.log "usage: sbatch --nodes=N jobs/<site>.sbatch bench"
+  if sbatch --nodes=2 "$root/jobs/mn5.sbatch" bench --nodes 1,4 bench_collectives >bench_nodes.log 2>&1; then
+    fail "a sweep beyond the allocation ran"
+  fi
+  need bench_nodes.log "--nodes 1,4 asks for 4 of the job's 2 nodes"
+fi
+
 # Makefile.hpc builds with the modules each job loads.
 for site in mn5 jupiter; do
   # shellcheck disable=SC2016 # the ${...} is the job's text, matched literally
@@ -76,4 +99,5 @@ for site in mn5 jupiter; do
   [[ $want != "module load " && $(make -s -C "$root" -f Makefile.hpc SYSTEM=$site modules) == "$want" ]] ||
     fail "Makefile.hpc SYSTEM=$site does not load the modules of jobs/$site.sbatch"
 done
-echo "jobs: shellcheck, arguments, bindings, and SIGUSR1 -> save -> exit 75 -> requeue -> resume = uninterrupted"
+echo "jobs: shellcheck, arguments, bindings, SIGUSR1 -> save -> exit 75 -> requeue -> resume =" \
+  "uninterrupted, the benchmark sweep's one records file"
