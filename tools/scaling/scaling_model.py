@@ -123,7 +123,7 @@ def step_collectives(m, layout, seq, micro_batches, param_bytes, grad_bytes, act
     r, s, t = layout
     layers, embed, head, vision = param_counts(m)
     blocks = sum(layers) + vision  # block units (decoder layers, vision blocks)
-    vision_units = 27 if vision else 0
+    vision_units = m.get("vision_blocks", 0)
     root = embed + head + m["hidden"]
     units = len(layers) + vision_units + (2 if head else 1)
     out = []
@@ -134,10 +134,9 @@ def step_collectives(m, layout, seq, micro_batches, param_bytes, grad_bytes, act
                 ("all_gather", blocks - last, len(layers) - 1 + vision_units, param_bytes),
                 ("reduce_scatter", blocks + root, units, grad_bytes)):
             out.append(("shard", kind, elems / t * nbytes / count, count * micro_batches, True))
-    if r > 1:  # replicas (HSDP, or DDP with dp_shard 1): the f32 gradient shard, once per step
-        count = 1 if s > 1 else units
-        out.append(("replicate", "all_reduce", (blocks + root) / (t * s) * grad_bytes / count,
-                    count, True))
+    if r > 1:  # replicas (HSDP, or DDP with dp_shard 1): each unit's f32 gradient shard, per step
+        out.append(("replicate", "all_reduce", (blocks + root) / (t * s) * grad_bytes / units,
+                    units, True))
     if t > 1:  # tensor parallelism: activations, every micro-batch
         n_act = 4 * len(layers) + 1
         out.append(("tp", "all_reduce", seq * m["hidden"] * act_bytes, n_act * micro_batches,
