@@ -6,6 +6,11 @@
 //       --dtype f32|bf16, --device cpu|cuda, --layout fsdp|ddp|hsdp, --reshard 0|1, --prefetch 0|1,
 //       --tp T: a mesh of N / T data-parallel x T tensor-parallel ranks, tp innermost, --layout
 //       applying to the data-parallel part; --sp 1: sequence parallelism in the TP group)
+//   mpirun -np N bench/bench_fsdp_step --config CONFIG.toml [--set section.key=value ...]
+//       the step of a training config instead, through the trainer's code (load_train_config,
+//       describe_model, parallelize): its model with random weights, param_dtype, ac_mode,
+//       seq_len, step settings and parallel layout (what `vlmtrain train --config` would run on
+//       these ranks), on one packed row of random ids per data-parallel rank
 //
 // Three timings, each the median over K steps (the higher middle one of an even K) of the slowest
 // rank (the first two interleaved step by step, so that drift in the machine's speed affects both
@@ -46,7 +51,9 @@
 #include "bench/bench_main.h"
 #include "bench/bench_step_setup.h"
 #include "bench/record.h"
+#include "io/text/tokenizer.h"
 #include "model/model_spec.h"
+#include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
 #include "parallel/local_group.h"
 #include "parallel/mesh.h"
@@ -57,6 +64,7 @@
 #include "src/core/device.h"
 #include "src/core/stream.h"
 #include "src/train/config.h"
+#include "src/train/model_setup.h"
 #include "src/train/train_step.h"
 
 using namespace vlm;
@@ -70,6 +78,9 @@ struct Options {
   bench::ModelSize size{256, 4, 4, 2, 64, 768, 8192};
   int64_t seq = 512, steps = 6, warmup = 2, reshard = 1, prefetch = 1, tp = 1, sp = 0;
   std::string dtype = "f32", device = "cpu", layout = "fsdp";
+  std::string config;               // a training config: its model, step and layout instead
+  std::vector<std::string> sets;    // --set section.key=value on it
+  std::vector<int64_t> special_ids; // the config model's *_token_id: never drawn for the batch
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -93,6 +104,11 @@ void add_options(CLI::App& app, Options& o) {
       ->check(cli::at_least(1));
   app.add_option("--sp", o.sp, "1: sequence parallelism (with --tp > 1)")
       ->check(CLI::IsMember({0, 1}));
+  app.add_option("--config", o.config,
+                 "a training config (vlmtrain train --config): its model (random weights), "
+                 "param_dtype, ac_mode, seq_len and parallel layout replace the options "
+                 "above");
+  app.add_option("--set", o.sets, "section.key=value on --config, as vlmtrain train --set");
 }
 
 // One collective as a step issued it.
@@ -195,10 +211,16 @@ private:
   parallel::LocalProcessGroup local_;
 };
 
-// The seq-token row of a data-parallel rank: 4 documents of random ids.
+// The seq-token row of a data-parallel rank: 4 documents of random ids (never one of
+// o.special_ids: an image placeholder would need an image).
 model::Batch make_batch(const Options& o, int dp_rank) {
   Rng rng(uint64_t(dp_rank) + 1);
-  return bench::packed_batch(o.seq, 4, [&] { return rng.randint(0, o.size.vocab); });
+  return bench::packed_batch(o.seq, 4, [&] {
+    int64_t id = rng.randint(0, o.size.vocab);
+    while (std::count(o.special_ids.begin(), o.special_ids.end(), id))
+      id = rng.randint(0, o.size.vocab);
+    return id;
+  });
 }
 
 // Seconds of fn on the slowest rank.
@@ -226,6 +248,8 @@ struct RunSpec {
   parallel::FsdpOptions fsdp;
   Device device;
   bool sequence_parallel = false;
+  parallel::AcMode ac = parallel::AcMode::off;
+  std::string case_prefix = {}; // the records' case: a --config names its file and model type
 
   // `tp`: null without tensor parallelism.
   Run make(ProcessGroup& shard, ProcessGroup* replicate, ProcessGroup& dp, ProcessGroup* tp) const {
@@ -233,7 +257,7 @@ struct RunSpec {
     r.model = model::build_model(model_config, "bench_fsdp_step", dtype);
     Rng rng(0);
     r.model->init_weights(rng);
-    parallel::ParallelizeOptions options{parallel::AcMode::off, fsdp};
+    parallel::ParallelizeOptions options{ac, fsdp};
     if (tp) options.tp_plan = model::tp_plan(*r.model);
     options.sequence_parallel = tp && sequence_parallel;
     r.parallelized = parallel::parallelize(*r.model, r.model->blocks(),
@@ -385,9 +409,9 @@ double tp_bytes_ratio(const std::vector<Recorded>& one_step, const TpTraffic& an
 }
 
 // Rank 0's table and records.
-void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, double step,
-            double compute, double comm, const std::vector<Recorded>& one_step,
-            const TpTraffic& analytic) {
+void report(const Options& o, const RunSpec& spec, const parallel::DeviceMesh& mesh, Device device,
+            double step, double compute, double comm, const std::vector<Recorded>& one_step,
+            const TpTraffic* analytic) {
   // Below 0 (compute measured slower than the whole step) is the noise of the measurement.
   const double exposed = std::max(0.0, step - compute);
   const double overlap = comm > 0 ? std::clamp(1.0 - exposed / comm, 0.0, 1.0) : 0.0;
@@ -396,30 +420,37 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
   const int n = mesh.world().size();
   const Traffic tp = traffic(one_step, true), dp = traffic(one_step, false);
   const bool tensor_parallel = mesh.shape().tp > 1;
-  std::printf("fsdp step, %d ranks (%s), Qwen3 hidden %lld x %lld layers, vocab %lld, %lld "
-              "tokens per rank%s, %s on %s, %d threads\n",
-              n, mesh.shape().str().c_str(), (long long)o.size.hidden, (long long)o.size.layers,
-              (long long)o.size.vocab, (long long)o.seq, o.sp ? " (sequence parallel)" : "",
-              o.dtype.c_str(), device.str().c_str(), omp_get_max_threads());
+  // What was measured: the built-in Qwen3's sizes, or the config's file and model type.
+  const std::string model_name = spec.case_prefix.empty()
+                                     ? "qwen3 hidden " + std::to_string(o.size.hidden) + " x " +
+                                           std::to_string(o.size.layers) + " layers, vocab " +
+                                           std::to_string(o.size.vocab)
+                                     : spec.case_prefix + ", ac " + parallel::ac_mode_name(spec.ac);
+  std::printf("fsdp step, %d ranks (%s), %s, %lld tokens per rank%s, %s on %s, %d threads\n", n,
+              mesh.shape().str().c_str(), model_name.c_str(), (long long)o.seq,
+              o.sp ? " (sequence parallel)" : "", o.dtype.c_str(), device.str().c_str(),
+              omp_get_max_threads());
   std::printf("  step %.1f ms = compute %.1f ms + exposed communication %.1f ms%s; the step's "
               "%zu collectives (%.1f MiB) alone take %.1f ms: overlap %.0f%%\n",
               step * 1e3, compute * 1e3, exposed * 1e3,
               step < compute ? " (compute measured above the step: noise)" : "", one_step.size(),
               double(bytes) / double(1 << 20), comm * 1e3, overlap * 100);
-  if (tensor_parallel)
+  if (tensor_parallel && analytic)
     std::printf(
         "  per rank: tensor parallel %zu collectives, %lld bytes (analytic %lld collectives, "
         "%lld bytes: recorded / analytic %.4f); data parallel %zu collectives, %lld "
         "bytes\n",
-        tp.collectives, (long long)tp.bytes, (long long)analytic.collectives,
-        (long long)analytic.bytes, tp_bytes_ratio(one_step, analytic), dp.collectives,
+        tp.collectives, (long long)tp.bytes, (long long)analytic->collectives,
+        (long long)analytic->bytes, tp_bytes_ratio(one_step, *analytic), dp.collectives,
         (long long)dp.bytes);
+  else if (tensor_parallel)
+    std::printf("  per rank: tensor parallel %zu collectives, %lld bytes; data parallel %zu "
+                "collectives, %lld bytes\n",
+                tp.collectives, (long long)tp.bytes, dp.collectives, (long long)dp.bytes);
   // The common records (bench/record.h); the case names the model and what the mesh does not.
-  const std::string case_name = "qwen3 hidden " + std::to_string(o.size.hidden) + " x " +
-                                std::to_string(o.size.layers) + " layers, vocab " +
-                                std::to_string(o.size.vocab) + ", " + std::to_string(o.seq) +
-                                " tokens per rank, " + o.dtype +
-                                (o.sp ? ", sequence parallel" : "") + ", --layout " + o.layout;
+  const std::string case_name = model_name + ", " + std::to_string(o.seq) + " tokens per rank, " +
+                                o.dtype + (o.sp ? ", sequence parallel" : "") + ", --layout " +
+                                o.layout;
   const std::string mesh_name = std::to_string(n) + " ranks: " + mesh.shape().str();
   auto emit = [&](const char* metric, double value, std::optional<double> reference = {}) {
     bench::emit("bench_fsdp_step", case_name, mesh_name, device.str(), metric, value, reference);
@@ -432,44 +463,92 @@ void report(const Options& o, const parallel::DeviceMesh& mesh, Device device, d
   emit("comm_bytes", double(bytes));
   emit("collectives", double(one_step.size()));
   emit("threads", double(omp_get_max_threads()));
-  if (tensor_parallel) { // recorded against the analytic count
-    emit("tp_bytes", double(tp.bytes), double(analytic.bytes));
-    emit("tp_collectives", double(tp.collectives), double(analytic.collectives));
+  if (tensor_parallel) { // against the analytic count where there is one
+    emit("tp_bytes", double(tp.bytes),
+         analytic ? std::optional<double>(double(analytic->bytes)) : std::nullopt);
+    emit("tp_collectives", double(tp.collectives),
+         analytic ? std::optional<double>(double(analytic->collectives)) : std::nullopt);
     emit("dp_bytes", double(dp.bytes));
   }
 }
 
-int run(const Options& o) {
-  const parallel::MpiWorld& w = parallel::require_mpi();
+// The step, mesh and device of the options: the built-in Qwen3 of --hidden ... --vocab.
+struct Setup {
+  RunSpec spec;
+  parallel::MeshShape shape;
+};
+
+Setup setup_from_options(Options& o, const parallel::MpiWorld& w, Device device) {
   const int n = w.size;
   VLM_CHECK(n % o.tp == 0, "bench_fsdp_step: --tp ", o.tp, " does not divide the ", n, " ranks");
   const int64_t dp = n / o.tp;
   const int64_t replicas = o.layout == "ddp" ? dp : o.layout == "hsdp" ? 2 : 1;
   VLM_CHECK(dp % replicas == 0, "bench_fsdp_step: --layout hsdp needs an even number of ",
             o.tp > 1 ? "data-parallel ranks (ranks / --tp = " + std::to_string(dp) + ")" : "ranks");
-  parallel::DeviceMesh mesh(parallel::world_group(), {replicas, dp / replicas, o.tp});
+  const DType dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
+  Setup s{{bench::sized_qwen3_config(o.size, o.seq), dtype, bench::step_config(dtype, 1000, 1e-4),
+           parallel::FsdpOptions{}, device},
+          {replicas, dp / replicas, o.tp}};
+  VLM_CHECK(o.sp == 0 || o.tp > 1, "bench_fsdp_step: --sp 1 needs --tp > 1");
+  s.spec.sequence_parallel = o.sp != 0;
+  return s;
+}
+
+// The step of a training config, through the trainer's own code: load_train_config (--set
+// applied), describe_model (a preset or the snapshot's config.json; random weights here), its
+// param_dtype, ac_mode, seq_len and step settings, and its layout (resolve_mesh_shape). The
+// options it replaces are rewritten (--seq, --vocab, --tp, --sp, --layout, --dtype) so that the
+// batch and the records follow it.
+Setup setup_from_config(Options& o, const parallel::MpiWorld& w, Device device) {
+  train::TrainConfig c = train::load_train_config(o.config, o.sets);
+  const io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
+  const std::shared_ptr<model::CausalLM> m = train::describe_model(c, tok);
+  const bool sharded = c.parallel.data_parallel == train::DataParallel::fsdp;
+  const parallel::MeshShape shape = parallel::resolve_mesh_shape(
+      w.size, c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp_size, sharded);
+  o.seq = c.data.seq_len;
+  o.size.vocab = m->vocab_size();
+  const nlohmann::json model_config = m->hf_config();
+  for (const auto& [key, value] : model_config.items())
+    if (key.ends_with("_token_id") && value.is_number_integer())
+      o.special_ids.push_back(value.get<int64_t>());
+  o.tp = shape.tp;
+  o.sp = c.parallel.sequence_parallel ? 1 : 0;
+  o.layout = !sharded ? "ddp" : shape.dp_replicate > 1 ? "hsdp" : "fsdp";
+  o.dtype = c.training.param_dtype == DType::bf16 ? "bf16" : "f32";
+  c.training.micro_batch_rows = 1;
+  Setup s{{model_config, c.training.param_dtype, c, parallel::FsdpOptions{}, device}, shape};
+  s.spec.ac = c.training.ac_mode;
+  s.spec.sequence_parallel = c.parallel.sequence_parallel;
+  s.spec.case_prefix = o.config + " (" + model_config.value("model_type", "?") + ")";
+  return s;
+}
+
+int run(Options o) {
+  const parallel::MpiWorld& w = parallel::require_mpi();
   const Device device =
       o.device == "cuda"
           ? parse_device("cuda:" + std::to_string(w.local_rank % std::max(1, cuda_device_count())))
           : Device::cpu();
   check_device_available(device, "--device");
-
-  const DType dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
-  RunSpec spec{bench::sized_qwen3_config(o.size, o.seq), dtype,
-               bench::step_config(dtype, 1000, 1e-4), parallel::FsdpOptions{}, device};
+  Setup setup =
+      o.config.empty() ? setup_from_options(o, w, device) : setup_from_config(o, w, device);
+  RunSpec& spec = setup.spec;
   spec.fsdp.reshard_after_forward = o.reshard != 0;
   spec.fsdp.prefetch = o.prefetch != 0;
-  VLM_CHECK(o.sp == 0 || o.tp > 1, "bench_fsdp_step: --sp 1 needs --tp > 1");
-  spec.sequence_parallel = o.sp != 0;
+  parallel::DeviceMesh mesh(parallel::world_group(), setup.shape);
   const std::vector<model::Batch> batch{model::to_device(make_batch(o, mesh.dp_rank()), device)};
 
   const StepAndCompute t = time_step_and_compute(o, mesh, spec, batch);
   const double step = bench::upper_median(t.step_s), compute = bench::upper_median(t.compute_s);
   const double comm = time_comm(o, mesh.world(), device, t.one_step);
-  const TpTraffic analytic = analytic_tp_traffic(o, dtype, mesh.shape());
-  if (w.rank == 0) report(o, mesh, device, step, compute, comm, t.one_step, analytic);
+  // The analytic TP count is derived for the built-in Qwen3 without checkpointing only.
+  const bool check_tp = o.config.empty() && mesh.shape().tp > 1;
+  const TpTraffic analytic = analytic_tp_traffic(o, spec.dtype, mesh.shape());
+  if (w.rank == 0)
+    report(o, spec, mesh, device, step, compute, comm, t.one_step, check_tp ? &analytic : nullptr);
   // Every rank records the same collectives, so every rank reaches the same verdict.
-  if (mesh.shape().tp > 1 && std::abs(tp_bytes_ratio(t.one_step, analytic) - 1.0) > 0.05) {
+  if (check_tp && std::abs(tp_bytes_ratio(t.one_step, analytic) - 1.0) > 0.05) {
     if (w.rank == 0)
       std::fprintf(stderr,
                    "error: bench_fsdp_step: the tensor-parallel collectives moved %lld bytes per "

@@ -68,6 +68,14 @@ run bench_collectives "${mpi[@]}" "$b/bench_collectives" --max-mib 1 --iters 2
 run bench_fsdp_step "${mpi[@]}" "$b/bench_fsdp_step" --tp 2 --layout ddp --hidden 64 --layers 2 \
   --head-dim 16 --ffn 128 --vocab 512 --seq 64 --steps 2 --warmup 1
 grep -q '"metric":"tp_bytes"' "$dir/records.jsonl" || fail "bench_fsdp_step --tp 2: no tp_bytes record"
+# A training config's step instead (the trainer's code): the tiny Qwen3.5 demo on the real Qwen3
+# tokenizer, TP 2 with sequence parallelism and full checkpointing from --set.
+run bench_fsdp_step "${mpi[@]}" "$b/bench_fsdp_step" --config "$root/configs/demo-qwen3.5.toml" \
+  --set model.tokenizer="$tok" --set data.data_path="$dir" --set data.seq_len=64 \
+  --set parallel.tp_size=2 --set parallel.sequence_parallel=true --set training.ac_mode=full \
+  --steps 2 --warmup 1
+grep -q '"case":"[^"]*demo-qwen3.5.toml (qwen3_5), ac full, 64 tokens per rank, [a-z0-9]*, sequence parallel' \
+  "$dir/records.jsonl" || fail "bench_fsdp_step --config: the records do not name the config's step"
 # The scripts' side: bench/records.py writes the same record.
 run bench_x.sh python3 -c "import sys; sys.path.insert(0, '$root/bench'); import records
 records.emit('bench_x.sh', 'a case', 1, 'cpu', 'tokens_per_s', 3.0, 2.0)"
