@@ -472,7 +472,8 @@ void report(const Options& o, const RunSpec& spec, const parallel::DeviceMesh& m
   }
 }
 
-// The step, mesh and device of the options: the built-in Qwen3 of --hidden ... --vocab.
+// What a run is made of, and the mesh's shape. From the options: the built-in Qwen3 of --hidden
+// ... --vocab, --dtype, --tp, --sp, --layout.
 struct Setup {
   RunSpec spec;
   parallel::MeshShape shape;
@@ -496,9 +497,10 @@ Setup setup_from_options(Options& o, const parallel::MpiWorld& w, Device device)
 
 // The step of a training config, through the trainer's own code: load_train_config (--set
 // applied), describe_model (a preset or the snapshot's config.json; random weights here), its
-// param_dtype, ac_mode, seq_len and step settings, and its layout (resolve_mesh_shape). The
-// options it replaces are rewritten (--seq, --vocab, --tp, --sp, --layout, --dtype) so that the
-// batch and the records follow it.
+// param_dtype, ac_mode, seq_len and step settings, and its layout (resolve_mesh_shape); every
+// part trains (the config's train_vit / train_mlp freezing is not applied). The options it
+// replaces are rewritten (--seq, --vocab, --tp, --sp, --layout, --dtype) so that the batch and
+// the records follow it.
 Setup setup_from_config(Options& o, const parallel::MpiWorld& w, Device device) {
   train::TrainConfig c = train::load_train_config(o.config, o.sets);
   const io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
