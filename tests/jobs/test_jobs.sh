@@ -72,7 +72,11 @@ need state/log "srun --cpu-bind=cores --mem-bind=local $bin train"
 # The benchmark launcher: one records file over a sweep of node counts (`sbatch --nodes=2`: two
 # "nodes" of 4 ranks, all on this machine).
 benches="$(dirname "$bin")/bench"
-if [[ -x $benches/bench_collectives ]]; then
+sweep="the benchmark sweep's one records file"
+if [[ ! -x $benches/bench_collectives ]]; then
+  sweep="no benchmarks in this build (-DVLM_BUILD_BENCH=OFF): the sweep is not checked here"
+  echo "jobs: $sweep"
+else
   : >state/log
   sbatch --nodes=2 "$root/jobs/mn5.sbatch" bench --out "$dir/sweep.jsonl" bench_collectives \
     --max-mib 1 --iters 2 >sweep.log 2>&1 || { cat sweep.log; fail "the benchmark sweep failed"; }
@@ -100,4 +104,4 @@ for site in mn5 jupiter; do
     fail "Makefile.hpc SYSTEM=$site does not load the modules of jobs/$site.sbatch"
 done
 echo "jobs: shellcheck, arguments, bindings, SIGUSR1 -> save -> exit 75 -> requeue -> resume =" \
-  "uninterrupted, the benchmark sweep's one records file"
+  "uninterrupted; $sweep"
