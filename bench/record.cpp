@@ -13,6 +13,9 @@ namespace vlm::bench {
 
 const char* build_commit() { return VLM_BENCH_COMMIT; }
 
+namespace {
+
+// The record's JSON line (without the newline).
 std::string record_json(const Record& r) {
   nlohmann::ordered_json j;
   j["benchmark"] = r.benchmark;
@@ -27,6 +30,8 @@ std::string record_json(const Record& r) {
   j["commit"] = build_commit();
   return j.dump();
 }
+
+} // namespace
 
 void emit(const Record& r) {
   const std::string line = record_json(r);

@@ -14,15 +14,12 @@ namespace vlm::bench {
 struct Record {
   std::string benchmark;  // the executable or script: "bench_fsdp_step"
   std::string case_name;  // what was measured: "allreduce 4 MiB", "qwen3 hidden 256 x 4"
-  std::string mesh = "1"; // ranks and layout: "4 (dp_replicate 1, dp_shard 4, tp 1)"
+  std::string mesh = "1"; // ranks and layout: "4 ranks: dp_replicate 1 x dp_shard 4 x tp 1"
   std::string device;     // "cpu" or "cuda:0 (NVIDIA H100 ...)"
   std::string metric;     // with its unit: "step_ms", "tokens_per_s", "bus_GBps"
   double value = 0;
   std::optional<double> reference; // the reference run's value of the same metric
 };
-
-// The record's JSON line (without the newline).
-std::string record_json(const Record& r);
 
 // Prints the record to stdout and appends it to $VLM_BENCH_RECORDS when that is set (an error
 // naming the file when it cannot be written).

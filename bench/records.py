@@ -6,6 +6,7 @@
 prints one JSON line {"benchmark", "case", "mesh", "device", "metric", "value", "reference",
 "ratio", "commit"} and appends it to $VLM_BENCH_RECORDS when that is set. Standard library only.
 """
+import functools
 import json
 import os
 import subprocess
@@ -13,8 +14,10 @@ import subprocess
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.lru_cache(maxsize=None)
 def commit():
-    """The checkout's commit (+dirty with uncommitted changes), or "unknown" outside git."""
+    """The checkout's commit (+dirty with uncommitted changes), or "unknown" outside git; asked
+    of git once per process."""
     try:
         c = subprocess.run(["git", "-C", _ROOT, "rev-parse", "--short=12", "HEAD"],
                            capture_output=True, text=True, check=True).stdout.strip()

@@ -98,7 +98,8 @@ cmd = [sys.executable, os.path.join(ROOT, "tools", "scaling", "scaling_model.py"
        tmp.name, "--cores", "2", "--seq", "32", "--hidden", "64", "--layers", "2", "--heads", "4",
        "--kv-heads", "2", "--head-dim", "16", "--ffn", "128", "--vocab", "512", "--bound", "1e-9"]
 r = subprocess.run(cmd, capture_output=True, text=True)
-check(r.returncode == 0, "validate: steps built from the model's parts are predicted exactly")
+check(r.returncode == 0,
+      "validate: reads the records (meshes, GEMM and copy rates, collectives) back to the steps made from them")
 if r.returncode != 0:
     print(r.stdout + r.stderr)
 recs[-1]["value"] *= 1.3

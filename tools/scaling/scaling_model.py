@@ -389,10 +389,9 @@ def cmd_validate(args):
     steps = [r for r in records if r["benchmark"] == "bench_fsdp_step" and r["metric"] == "step_ms"]
     if not steps:
         sys.exit("validate: no bench_fsdp_step step_ms records")
-    cfg = json.loads(open(args.model_json).read()) if args.model_json else None
-    m = cfg or {"hidden": args.hidden, "ffn": args.ffn, "heads": args.heads,
-                "kv_heads": args.kv_heads, "head_dim": args.head_dim, "vocab": args.vocab,
-                "tied": False, "layers": {"attention": args.layers}, "vision_params": 0}
+    m = {"hidden": args.hidden, "ffn": args.ffn, "heads": args.heads, "kv_heads": args.kv_heads,
+         "head_dim": args.head_dim, "vocab": args.vocab, "tied": False,
+         "layers": {"attention": args.layers}, "vision_params": 0}
     single = [r for r in steps if r["mesh"].startswith("1 ranks")]
     if not single:
         sys.exit("validate: no one-rank bench_fsdp_step record (the measured compute)")
@@ -471,7 +470,6 @@ def main():
     b.add_argument("--cores", type=int, default=os.cpu_count())
     b.add_argument("--bound", type=float, default=0.2)
     b.add_argument("--seq", type=int, default=512)
-    b.add_argument("--model-json")
     b.add_argument("--json", action="store_true", help="one JSON line per step (for report)")
     for name, default in (("hidden", 256), ("layers", 4), ("heads", 4), ("kv-heads", 2),
                           ("head-dim", 64), ("ffn", 768), ("vocab", 8192)):
