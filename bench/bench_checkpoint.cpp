@@ -9,7 +9,8 @@
 // offsets of one file with pwrite() from every rank, then fsync. Reads: Hdf5StateReader's
 // read_rows_into of each rank's rows against pread() of them. Both sides run alternately, I times
 // after a warm-up, every rank starting together; the time of a run is the slowest rank's; the
-// median is reported. Rank 0 prints GB/s and ratio = reference time / checkpoint time (target
+// median is reported (bench/timing.h). Rank 0 prints GB/s and ratio = reference time / checkpoint
+// time (target
 // >= 0.7). Reads come from the page cache on both sides (the bench cannot drop it), so they time
 // the software path, not the disk.
 #include "parallel/mpi.h"
@@ -23,14 +24,17 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_main.h"
-#include "bench/mpi_timing.h"
 #include "bench/record.h"
+#include "bench/timing.h"
 #include "io/state/hdf5_state.h"
 #include "parallel/mpi_env.h"
+#include "parallel/process_group.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "src/core/tensor.h"
@@ -62,7 +66,8 @@ std::string temp_dir() {
 }
 
 struct Options {
-  int64_t mib = 1024, tensors = 64, iters = 3;
+  int64_t mib = 1024, tensors = 64;
+  bench::Timing timing{1, 3};
   std::string dir = temp_dir();
 };
 
@@ -70,7 +75,7 @@ void add_options(CLI::App& app, Options& o) {
   cli::show_defaults(app);
   app.add_option("--mib", o.mib, "the model's size in MiB")->check(cli::at_least(1));
   app.add_option("--tensors", o.tensors, "f32 tensors of the model")->check(cli::at_least(1));
-  app.add_option("--iters", o.iters, "timed runs of each side")->check(cli::at_least(1));
+  bench::add_timing_options(app, o.timing, "--iters", "runs of each side");
   app.add_option("--dir", o.dir, "the folder of the two files");
 }
 
@@ -158,15 +163,20 @@ int run(const Options& o) {
   const double total_bytes = double(m.total_bytes);
   const std::string h5 = o.dir + "/bench_checkpoint.h5", raw = o.dir + "/bench_checkpoint.raw";
 
-  const auto [w_h5, w_raw] = bench::time_pair(
-      [&] { write_h5(m.shards, h5); }, [&] { write_raw(m.shards, raw, rank); }, int(o.iters), 1);
-  const auto [r_h5, r_raw] = bench::time_pair([&] { read_h5(m.shards, h5); },
-                                              [&] { read_raw(m.shards, raw); }, int(o.iters), 1);
+  const std::unique_ptr<parallel::ProcessGroup> world_group = parallel::world_group();
+  const bench::Timer timer(Device::cpu(), world_group.get());
+  const auto median_pair = [](const std::pair<std::vector<double>, std::vector<double>>& t) {
+    return std::pair{bench::median(t.first), bench::median(t.second)};
+  };
+  const auto [w_h5, w_raw] = median_pair(timer.interleaved(
+      o.timing, [&] { write_h5(m.shards, h5); }, [&] { write_raw(m.shards, raw, rank); }));
+  const auto [r_h5, r_raw] = median_pair(timer.interleaved(
+      o.timing, [&] { read_h5(m.shards, h5); }, [&] { read_raw(m.shards, raw); }));
   if (rank == 0) {
     std::printf("checkpoint I/O: %d rank(s), %.0f MiB in %lld f32 tensors (%.0f MiB per rank), "
                 "%s, median of %lld\n",
                 n, total_bytes / (1 << 20), (long long)o.tensors, double(m.my_bytes) / (1 << 20),
-                o.dir.c_str(), (long long)o.iters);
+                o.dir.c_str(), (long long)o.timing.iters);
     std::printf("%-6s %12s %12s %8s\n", "", "hdf5 GB/s", "write() GB/s", "ratio");
     std::printf("%-6s %12.2f %12.2f %8.2f\n", "write", total_bytes / w_h5 / 1e9,
                 total_bytes / w_raw / 1e9, w_raw / w_h5);

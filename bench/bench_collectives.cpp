@@ -2,9 +2,9 @@
 // one run (`mpirun -np N bench/bench_collectives [--max-mib M] [--iters K] [--device cpu|cuda]`;
 // --help: the defaults):
 // for all-gather, reduce-scatter and all-reduce of f32 tensors over message sizes, the median time
-// of K iterations of each side (interleaved, after a warm-up) and the bus bandwidth as nccl-tests
-// defines it (algbw x (n-1)/n for gathers and scatters, x 2(n-1)/n for all-reduce). Rank 0 prints
-// the table; ratio = raw time / ours (target >= 0.95).
+// of K runs of each side (interleaved, after warm-ups: bench/timing.h) and the bus bandwidth as
+// nccl-tests defines it (algbw x (n-1)/n for gathers and scatters, x 2(n-1)/n for all-reduce). Rank
+// 0 prints the table; ratio = raw time / ours (target >= 0.95).
 //   cpu   ours (MPI) against raw MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce; the
 //         "_async" rows time the nonblocking path FSDP uses (MPI_I* + wait) against the same raw
 //         blocking call;
@@ -13,7 +13,6 @@
 //         after every call; one GPU per rank (cuda:local_rank).
 #include "parallel/mpi.h"
 
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -21,8 +20,8 @@
 #include <vector>
 
 #include "bench/bench_main.h"
-#include "bench/mpi_timing.h"
 #include "bench/record.h"
+#include "bench/timing.h"
 #include "kernels/nccl.h"
 #include "parallel/mpi_env.h"
 #include "parallel/process_group.h"
@@ -50,7 +49,8 @@ struct RawNccl {
 };
 
 struct Options {
-  int64_t max_mib = 16, iters = 10;
+  int64_t max_mib = 16;
+  bench::Timing timing{2, 10};
   std::string device = "cpu";
 };
 
@@ -58,7 +58,7 @@ void add_options(CLI::App& app, Options& o) {
   cli::show_defaults(app);
   app.add_option("--max-mib", o.max_mib, "largest message in MiB (sizes from 4 KiB, x4 each)")
       ->check(cli::at_least(1));
-  app.add_option("--iters", o.iters, "timed runs of each side")->check(cli::at_least(1));
+  bench::add_timing_options(app, o.timing, "--iters", "runs of each side");
   app.add_option("--device", o.device, "cpu (MPI) or cuda (NCCL, cuda:local_rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
@@ -171,14 +171,17 @@ int run(const Options& o) {
   if (w.rank == 0)
     std::printf("collectives over %s, %d ranks, f32 %s tensors, median of %lld\n%-20s %10s %12s "
                 "%12s %12s %8s\n",
-                s.cuda ? "NCCL" : "MPI", s.n, s.cuda ? "CUDA" : "CPU", (long long)o.iters,
+                s.cuda ? "NCCL" : "MPI", s.n, s.cuda ? "CUDA" : "CPU", (long long)o.timing.iters,
                 "collective", "bytes", "ours GB/s", "raw GB/s", "ours us", "ratio");
+  // Every rank starts each run together (the device idle), the slowest rank's time counts.
+  const bench::Timer timer(s.device, s.g.get(), /*whole_device=*/true);
   for (int64_t bytes = 4096; bytes <= o.max_mib << 20; bytes *= 4) {
     const int64_t per_rank = bytes / 4 / s.n; // f32 elements of one rank's block
     if (per_rank == 0) continue;
     Buffers b(per_rank, s.n, s.device);
     for (const Row& r : rows_for(s, b)) {
-      const auto [ours, raw] = bench::time_pair(r.ours, r.raw, int(o.iters), 2);
+      const auto [t_ours, t_raw] = timer.interleaved(o.timing, r.ours, r.raw);
+      const double ours = bench::median(t_ours), raw = bench::median(t_raw);
       const double gb = double(b.total) * 4 / 1e9;
       if (w.rank == 0) {
         std::printf("%-20s %10lld %12.3f %12.3f %12.1f %7.2fx\n", r.name, (long long)(b.total * 4),

@@ -12,9 +12,9 @@
 //       seq_len, step settings and parallel layout (what `vlmtrain train --config` would run on
 //       these ranks), on one packed row of random ids per data-parallel rank
 //
-// Three timings, each the median over K steps (the higher middle one of an even K) of the slowest
-// rank (the first two interleaved step by step, so that drift in the machine's speed affects both
-// alike):
+// Three timings (bench/timing.h), each the median over K steps of the slowest rank, on the
+// device's streams (CUDA events; the first two interleaved step by step, so that drift in the
+// machine's speed affects both alike):
 //   step     the real step: forward, backward, gradient reduction, clipping, AdamW, over the
 //            world as --layout says (hsdp: 2 replicas);
 //   compute  the same step with every collective replaced by a local copy into the same buffers
@@ -37,7 +37,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -45,13 +44,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "bench/bench_main.h"
 #include "bench/bench_step_setup.h"
 #include "bench/record.h"
-#include "io/text/tokenizer.h"
 #include "model/model_spec.h"
 #include "parallel/activation_checkpointing.h"
 #include "parallel/fsdp.h"
@@ -64,7 +63,6 @@
 #include "src/core/device.h"
 #include "src/core/stream.h"
 #include "src/train/config.h"
-#include "src/train/model_setup.h"
 #include "src/train/train_step.h"
 
 using namespace vlm;
@@ -76,10 +74,10 @@ namespace {
 
 struct Options {
   bench::ModelSize size{256, 4, 4, 2, 64, 768, 8192};
-  int64_t seq = 512, steps = 6, warmup = 2, reshard = 1, prefetch = 1, tp = 1, sp = 0;
+  int64_t seq = 512, reshard = 1, prefetch = 1, tp = 1, sp = 0;
+  bench::Timing timing{2, 6};
   std::string dtype = "f32", device = "cpu", layout = "fsdp";
-  std::string config;               // a training config: its model, step and layout instead
-  std::vector<std::string> sets;    // --set section.key=value on it
+  bench::ConfigOption config;       // a training config: its model, step and layout instead
   std::vector<int64_t> special_ids; // the config model's *_token_id: never drawn for the batch
 };
 
@@ -87,8 +85,6 @@ void add_options(CLI::App& app, Options& o) {
   cli::show_defaults(app);
   bench::add_model_size_options(app, o.size);
   app.add_option("--seq", o.seq, "tokens per rank (4 documents)")->check(cli::at_least(8));
-  app.add_option("--steps", o.steps, "timed steps")->check(cli::at_least(1));
-  app.add_option("--warmup", o.warmup, "untimed steps first")->check(cli::at_least(0));
   app.add_option("--dtype", o.dtype, "parameter and compute dtype")
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--device", o.device, "cpu, or cuda (cuda:local_rank)")
@@ -104,11 +100,8 @@ void add_options(CLI::App& app, Options& o) {
       ->check(cli::at_least(1));
   app.add_option("--sp", o.sp, "1: sequence parallelism (with --tp > 1)")
       ->check(CLI::IsMember({0, 1}));
-  app.add_option("--config", o.config,
-                 "a training config (vlmtrain train --config): its model (random weights), "
-                 "param_dtype, ac_mode, seq_len and parallel layout replace the options "
-                 "above");
-  app.add_option("--set", o.sets, "section.key=value on --config, as vlmtrain train --set");
+  bench::add_config_options(app, o.config, "its param_dtype, ac_mode, seq_len and parallel layout");
+  bench::add_timing_options(app, o.timing, "--steps", "steps");
 }
 
 // One collective as a step issued it.
@@ -215,22 +208,14 @@ private:
 // o.special_ids: an image placeholder would need an image).
 model::Batch make_batch(const Options& o, int dp_rank) {
   Rng rng(uint64_t(dp_rank) + 1);
-  return bench::packed_batch(o.seq, 4, [&] {
-    int64_t id = rng.randint(0, o.size.vocab);
-    while (std::count(o.special_ids.begin(), o.special_ids.end(), id))
-      id = rng.randint(0, o.size.vocab);
-    return id;
-  });
+  return bench::packed_batch(
+      o.seq, 4, bench::avoiding(o.special_ids, [&] { return rng.randint(0, o.size.vocab); }));
 }
 
-// Seconds of fn on the slowest rank.
-double timed(ProcessGroup& world, Device device, const std::function<void()>& fn) {
-  world.barrier();
-  const auto a = std::chrono::steady_clock::now();
-  fn();
-  synchronize_device(device);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-  return world.all_reduce_value(s, ReduceOp::max);
+// Every timing of the benchmark: each run on the device's streams (the communication stream
+// included), from a common start to the slowest rank's end.
+bench::Timer world_timer(const parallel::DeviceMesh& mesh, Device device) {
+  return bench::Timer(device, &mesh.world(), /*whole_device=*/true);
 }
 
 // A fresh model sharded over the given groups, with its stepper.
@@ -254,9 +239,7 @@ struct RunSpec {
   // `tp`: null without tensor parallelism.
   Run make(ProcessGroup& shard, ProcessGroup* replicate, ProcessGroup& dp, ProcessGroup* tp) const {
     Run r;
-    r.model = model::build_model(model_config, "bench_fsdp_step", dtype);
-    Rng rng(0);
-    r.model->init_weights(rng);
+    r.model = bench::random_model(model_config, dtype, "bench_fsdp_step");
     parallel::ParallelizeOptions options{ac, fsdp};
     if (tp) options.tp_plan = model::tp_plan(*r.model);
     options.sequence_parallel = tp && sequence_parallel;
@@ -291,18 +274,20 @@ StepAndCompute time_step_and_compute(const Options& o, const parallel::DeviceMes
   const bool tp = mesh.shape().tp > 1;
   Run real = spec.make(rec_shard, &rec_rep, mesh.dp(), tp ? &rec_tp : nullptr);
   Run alone = spec.make(local_shard, &local_rep, mesh.dp(), tp ? &local_tp : nullptr);
-  for (int64_t s = 0; s < o.warmup + o.steps; s++) {
+  const bench::Timer timer = world_timer(mesh, spec.device);
+  int64_t step_real = 0, step_alone = 0;
+  const auto real_step = [&] {
     log.calls.clear();
-    const double t_real = timed(mesh.world(), spec.device, [&] { real.stepper->step(s, batch); });
+    real.stepper->step(step_real++, batch);
     t.one_step = log.calls;
-    const double t_alone = timed(mesh.world(), spec.device, [&] { alone.stepper->step(s, batch); });
-    if (s >= o.warmup) t.step_s.push_back(t_real), t.compute_s.push_back(t_alone);
-  }
+  };
+  const auto alone_step = [&] { alone.stepper->step(step_alone++, batch); };
+  std::tie(t.step_s, t.compute_s) = timer.interleaved(o.timing, real_step, alone_step);
   return t;
 }
 
 // 3. the recorded collectives alone, back to back: the median seconds.
-double time_comm(const Options& o, ProcessGroup& world, Device device,
+double time_comm(const Options& o, const bench::Timer& timer, Device device,
                  const std::vector<Recorded>& one_step) {
   std::vector<std::pair<Tensor, Tensor>> buffers;
   for (const Recorded& r : one_step) {
@@ -311,23 +296,18 @@ double time_comm(const Options& o, ProcessGroup& world, Device device,
     buffers.push_back(
         {Tensor::zeros({r.numel}, r.dtype, device), Tensor::zeros({small}, r.dtype, device)});
   }
-  std::vector<double> comm_s;
-  for (int64_t s = 0; s < o.warmup + o.steps; s++) {
-    const double t = timed(world, device, [&] {
-      for (size_t i = 0; i < one_step.size(); i++) {
-        const Recorded& r = one_step[i];
-        auto& [big, small] = buffers[i];
-        if (r.kind == Recorded::all_gather)
-          r.group->all_gather(big, small);
-        else if (r.kind == Recorded::reduce_scatter)
-          r.group->reduce_scatter(small, big);
-        else
-          r.group->all_reduce(big);
-      }
-    });
-    if (s >= o.warmup) comm_s.push_back(t);
-  }
-  return bench::upper_median(comm_s);
+  return timer.median_seconds(o.timing, [&] {
+    for (size_t i = 0; i < one_step.size(); i++) {
+      const Recorded& r = one_step[i];
+      auto& [big, small] = buffers[i];
+      if (r.kind == Recorded::all_gather)
+        r.group->all_gather(big, small);
+      else if (r.kind == Recorded::reduce_scatter)
+        r.group->reduce_scatter(small, big);
+      else
+        r.group->all_reduce(big);
+    }
+  });
 }
 
 // The collectives one rank runs per step over the tensor-parallel group (and its sub-groups),
@@ -495,34 +475,28 @@ Setup setup_from_options(Options& o, const parallel::MpiWorld& w, Device device)
   return s;
 }
 
-// The step of a training config, through the trainer's own code: load_train_config (--set
-// applied), describe_model (a preset or the snapshot's config.json; random weights here), its
-// param_dtype, ac_mode, seq_len and step settings, and its layout (resolve_mesh_shape); every
-// part trains (the config's train_vit / train_mlp freezing is not applied). The options it
-// replaces are rewritten (--seq, --vocab, --tp, --sp, --layout, --dtype) so that the batch and
-// the records follow it.
+// The step of a training config (bench_step_setup.h's load_config_step: the trainer's own code),
+// its param_dtype, ac_mode, seq_len and step settings, and its layout (resolve_mesh_shape). The
+// options it replaces are rewritten (--seq, --vocab, --tp, --sp, --layout, --dtype) so that the
+// batch and the records follow it.
 Setup setup_from_config(Options& o, const parallel::MpiWorld& w, Device device) {
-  train::TrainConfig c = train::load_train_config(o.config, o.sets);
-  const io::Tokenizer tok = io::Tokenizer::from_file(c.model.tokenizer);
-  const std::shared_ptr<model::CausalLM> m = train::describe_model(c, tok);
+  bench::ConfigStep cs = bench::load_config_step(o.config, o.timing.warmup + o.timing.iters);
+  train::TrainConfig& c = cs.config;
   const bool sharded = c.parallel.data_parallel == train::DataParallel::fsdp;
   const parallel::MeshShape shape = parallel::resolve_mesh_shape(
       w.size, c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp_size, sharded);
   o.seq = c.data.seq_len;
-  o.size.vocab = m->vocab_size();
-  const nlohmann::json model_config = m->hf_config();
-  for (const auto& [key, value] : model_config.items())
-    if (key.ends_with("_token_id") && value.is_number_integer())
-      o.special_ids.push_back(value.get<int64_t>());
+  o.size.vocab = cs.vocab;
+  o.special_ids = cs.special_ids;
   o.tp = shape.tp;
   o.sp = c.parallel.sequence_parallel ? 1 : 0;
   o.layout = !sharded ? "ddp" : shape.dp_replicate > 1 ? "hsdp" : "fsdp";
-  o.dtype = c.training.param_dtype == DType::bf16 ? "bf16" : "f32";
+  o.dtype = dtype_name(c.training.param_dtype);
   c.training.micro_batch_rows = 1;
-  Setup s{{model_config, c.training.param_dtype, c, parallel::FsdpOptions{}, device}, shape};
+  Setup s{{cs.hf_config, c.training.param_dtype, c, parallel::FsdpOptions{}, device}, shape};
   s.spec.ac = c.training.ac_mode;
   s.spec.sequence_parallel = c.parallel.sequence_parallel;
-  s.spec.case_prefix = o.config + " (" + model_config.value("model_type", "?") + ")";
+  s.spec.case_prefix = cs.name;
   return s;
 }
 
@@ -534,7 +508,7 @@ int run(Options o) {
           : Device::cpu();
   check_device_available(device, "--device");
   Setup setup =
-      o.config.empty() ? setup_from_options(o, w, device) : setup_from_config(o, w, device);
+      o.config.path.empty() ? setup_from_options(o, w, device) : setup_from_config(o, w, device);
   RunSpec& spec = setup.spec;
   spec.fsdp.reshard_after_forward = o.reshard != 0;
   spec.fsdp.prefetch = o.prefetch != 0;
@@ -542,10 +516,10 @@ int run(Options o) {
   const std::vector<model::Batch> batch{model::to_device(make_batch(o, mesh.dp_rank()), device)};
 
   const StepAndCompute t = time_step_and_compute(o, mesh, spec, batch);
-  const double step = bench::upper_median(t.step_s), compute = bench::upper_median(t.compute_s);
-  const double comm = time_comm(o, mesh.world(), device, t.one_step);
+  const double step = bench::median(t.step_s), compute = bench::median(t.compute_s);
+  const double comm = time_comm(o, world_timer(mesh, device), device, t.one_step);
   // The analytic TP count is derived for the built-in Qwen3 without checkpointing only.
-  const bool check_tp = o.config.empty() && mesh.shape().tp > 1;
+  const bool check_tp = o.config.path.empty() && mesh.shape().tp > 1;
   const TpTraffic analytic = analytic_tp_traffic(o, spec.dtype, mesh.shape());
   if (w.rank == 0)
     report(o, spec, mesh, device, step, compute, comm, t.one_step, check_tp ? &analytic : nullptr);

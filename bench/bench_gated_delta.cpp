@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "bench/bench_main.h"
-#include "bench/median.h"
 #include "bench/record.h"
+#include "bench/timing.h"
 #include "io/state/safetensors.h"
 #include "src/base/rng.h"
 #include "src/core/autograd.h"
@@ -37,7 +37,7 @@ namespace {
 
 struct Options {
   bool quick = false;
-  int64_t reps = 5;
+  bench::Timing timing{1, 5};
   std::string inputs_dir;
 };
 
@@ -48,11 +48,6 @@ struct Heads {
 struct Inputs {
   Tensor q, k, v, g, beta, dout;
 };
-
-// Median wall time in seconds of `reps` runs after one warm-up.
-double median_seconds(int64_t reps, const std::function<void()>& fn) {
-  return bench::median(bench::wall_seconds(reps, fn));
-}
 
 double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
 
@@ -113,11 +108,12 @@ void bench_shape(const Options& o, int64_t docs, int64_t len, const Heads& h, co
   for (int64_t i = 0; i <= docs; i++) cu.push_back(int32_t(i * len));
   const Tensor cu_seqlens = Tensor::from_vector(cu, {docs + 1});
   const double scale = 1.0 / std::sqrt(double(h.dk));
-  const double fwd = median_seconds(o.reps, [&] {
+  const bench::Timer timer;
+  const double fwd = timer.median_seconds(o.timing, [&] {
     NoGradGuard no_grad;
     gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, cu_seqlens, scale);
   });
-  const double both = median_seconds(o.reps, [&] {
+  const double both = timer.median_seconds(o.timing, [&] {
     EnableGradGuard grad;
     auto leaf = [](const Tensor& t) { return t.detach().set_requires_grad(true); };
     const Tensor q = leaf(in.q), k = leaf(in.k), v = leaf(in.v), g = leaf(in.g),
@@ -149,8 +145,7 @@ int main(int argc, char** argv) {
   cli::show_defaults(app);
   Options o;
   app.add_flag("--quick", o.quick, "512 tokens instead of 4096");
-  app.add_option("--reps", o.reps, "timed runs per measurement (after one warm-up)")
-      ->check(cli::at_least(1));
+  bench::add_timing_options(app, o.timing, "--reps", "runs per measurement");
   app.add_option("--inputs", o.inputs_dir,
                  "write each head shape's inputs to this folder (for the torch side)");
   return bench::run_main(app, argc, argv, [&] { return run(o); });

@@ -28,6 +28,7 @@
 
 #include "bench/bench_main.h"
 #include "bench/record.h"
+#include "bench/timing.h"
 #include "kernels/attention.h"
 #include "kernels/attention_cudnn.h"
 #include "kernels/gpu_runtime.h"
@@ -54,21 +55,10 @@ namespace {
 // The stream every launch of this benchmark goes to (ops use it as their current stream).
 void* stream() { return current_stream(Device::cuda(0)).handle(); }
 
-// Median seconds of `repeats` runs of fn on the current stream, timed with its events.
+// Median seconds of `repeats` runs of fn after one warm-up, timed by events on the current stream
+// (bench/timing.h).
 double median_seconds(int repeats, const std::function<void()>& fn) {
-  const Stream s = current_stream(Device::cuda(0));
-  fn();
-  s.synchronize();
-  Event a(true), b(true);
-  std::vector<double> t;
-  for (int i = 0; i < repeats; i++) {
-    a.record(s);
-    fn();
-    b.record(s);
-    t.push_back(a.elapsed_ms(b) * 1e-3); // waits for b
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return bench::Timer(Device::cuda(0)).median_seconds({1, repeats}, fn);
 }
 
 // A table row and its common record (metric: the unit without "/": "TFLOPs", "GBps"; reference:

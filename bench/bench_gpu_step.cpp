@@ -9,6 +9,11 @@
 //          after W = --warmup ones, --ac off|selective|full, --loss-vocab-chunk, --lr, --device)
 //        bench_gpu_step [--preset ...] [--layers L] --write-config FILE
 //   The second form writes the model's HF config.json (what the PyTorch side loads) and exits.
+//        bench_gpu_step --config CONFIG.toml [--set section.key=value ...] [--rows R] ...
+//   The step of a training config instead, through the trainer's code (bench_step_setup.h): its
+//   model (any family, random weights), data.seq_len, param_dtype, ac_mode, loss_vocab_chunk,
+//   optimizer and schedule, on R rows of seq_len tokens on --device (the config's
+//   training.device is not used). bench_gpu_step.sh's PyTorch side runs the preset form only.
 //
 // The model: Qwen3-1.7B (qwen-models.md §1.1: H 2048, L 28, Hq 16, Hkv 8, D 128, I 6144, vocab
 // 151936, tied head) or T1 (§8, tied), random HF init on the CPU in bf16, then moved to the device.
@@ -20,21 +25,23 @@
 // and AdamW states (betas 0.9/0.999, eps 1e-8, constant LR, weight decay 0.01 on projection weights
 // only), global gradient-norm clipping to 1.0, one micro-batch of all R rows.
 //
-// Timing: each step between two device synchronizations (steady_clock), median of K steps after W
-// warm-ups. FLOPs per step: model/flops.h (6 · matmul weights · tokens + causal attention; tied
-// head counted). MFU against the device's dense bf16 peak (device_peak_tflops; none on the CPU).
+// Timing (bench/timing.h): each step between two CUDA events on the current stream, the device
+// synchronized before the closing one, median of K steps after W warm-ups. FLOPs per step:
+// model/flops.h (6 · matmul weights · tokens + causal attention; tied head counted). MFU against
+// the device's dense bf16 peak (device_peak_tflops; none on the CPU).
 //
 // Prints one JSON line: {"impl": "vlmtrain", "device", "config": {...}, "seq_len", "rows",
 // "tokens_per_step", "targets_per_step", "ids_checksum" (Σ id[t]·(t mod 1000003 + 1) over the
 // batch, which the PyTorch side reports too), "ac", "loss_vocab_chunk", "lr", "steps", "warmup",
 // "step_ms" (median), "step_ms_min", "step_ms_max", "tokens_per_s", "flops_per_step",
 // "flops_per_token", "tflops" (at the median step), "peak_tflops", "mfu" (null without a peak),
-// "peak_memory_bytes" (peak bytes of tensors on the device), "init_s" (init + move to the device),
-// "loss_first", "loss_last" (first warm-up step, last timed step), "grad_norm_first"}.
+// "peak_memory_bytes" (peak bytes of tensors on the device), "init_s" (build, init and move to the
+// device), "loss_first", "loss_last" (first warm-up step, last timed step), "grad_norm_first"}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -42,6 +49,7 @@
 
 #include "bench/bench_main.h"
 #include "bench/bench_step_setup.h"
+#include "bench/record.h"
 #include "model/flops.h"
 #include "model/model_spec.h"
 #include "parallel/parallelize.h"
@@ -65,12 +73,13 @@ struct Options {
   int64_t layers = 0;  // 0: the preset's
   int64_t seq_len = 0; // 0: the preset's
   int64_t rows = 1;    // 1 x 4096 tokens: both sides fit an H100's 78 GiB (bench_gpu_step.sh)
-  int64_t steps = 10, warmup = 3;
+  bench::Timing timing{3, 10};
   std::string ac = "off";
   int64_t loss_vocab_chunk = 0;
   double lr = 3e-4;
   std::string device = "cuda";
   std::string write_config; // non-empty: write config.json there and exit
+  bench::ConfigOption config;
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -80,24 +89,18 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--layers", o.layers, "decoder layers (0: the preset's)")->check(cli::at_least(0));
   app.add_option("--seq-len", o.seq_len, "tokens per row (0: the preset's, 4096; tiny 64)")
       ->check(cli::at_least(0));
-  app.add_option("--rows", o.rows, "rows of the batch, one document each")->check(cli::at_least(1));
-  app.add_option("--steps", o.steps, "timed steps")->check(cli::at_least(1));
-  app.add_option("--warmup", o.warmup, "untimed steps first")->check(cli::at_least(0));
   app.add_option("--ac", o.ac, "activation checkpointing")
       ->check(CLI::IsMember({"off", "selective", "full"}));
   app.add_option("--loss-vocab-chunk", o.loss_vocab_chunk, "vocabulary chunk of the loss (0: all)")
       ->check(cli::at_least(0));
   app.add_option("--lr", o.lr, "the constant learning rate")->check(cli::positive());
+  bench::add_config_options(
+      app, o.config, "its seq_len, param_dtype, ac_mode, loss_vocab_chunk, optimizer and schedule");
+  app.add_option("--rows", o.rows, "rows of the batch, one document each")->check(cli::at_least(1));
+  bench::add_timing_options(app, o.timing, "--steps", "steps");
   app.add_option("--device", o.device, "cpu or cuda[:N]");
   app.add_option("--write-config", o.write_config,
                  "write the model's HF config.json to this file and exit");
-}
-
-// The options with --seq-len 0 resolved to the preset's.
-Options resolved(Options o) {
-  if (o.seq_len == 0) o.seq_len = o.preset == "tiny" ? 64 : 4096;
-  VLM_CHECK(o.seq_len >= 2, "bench_gpu_step: need --seq-len >= 2, got ", o.seq_len);
-  return o;
 }
 
 // The preset's config.json (registry presets "qwen3-1.7b", or "tiny" with a tied head), with
@@ -124,13 +127,14 @@ struct Batch {
   int64_t ids_checksum = 0;
 };
 
-// The batch of the header comment: R rows packed as R documents of S tokens.
-Batch make_batch(const Options& o, int64_t vocab) {
+// The batch of the header comment: R rows packed as R documents of S tokens (never one of
+// `special` ids).
+Batch make_batch(const Options& o, int64_t vocab, const std::vector<int64_t>& special) {
   Batch b;
-  bench::LcgIds lcg{vocab};
+  const std::function<int64_t()> next = bench::avoiding(special, bench::LcgIds{vocab});
   int64_t t = 0;
   b.text = bench::packed_batch(o.rows * o.seq_len, o.rows, [&] {
-    const int64_t id = lcg();
+    const int64_t id = next();
     b.ids_checksum += id * (t++ % 1000003 + 1);
     return id;
   });
@@ -145,7 +149,7 @@ double seconds_since(Clock::time_point a) {
 // The step of the header comment: bench_step_setup.h's in bf16 at --lr, on --rows rows of
 // --seq-len tokens, with --ac and --loss-vocab-chunk.
 train::TrainConfig gpu_step_config(const Options& o) {
-  train::TrainConfig c = bench::step_config(DType::bf16, o.warmup + o.steps, o.lr);
+  train::TrainConfig c = bench::step_config(DType::bf16, o.timing.warmup + o.timing.iters, o.lr);
   auto& t = c.training;
   t.device = o.device;
   t.micro_batch_rows = o.rows;
@@ -153,6 +157,33 @@ train::TrainConfig gpu_step_config(const Options& o) {
   t.ac_mode = parallel::parse_ac_mode(o.ac);
   t.loss_vocab_chunk = o.loss_vocab_chunk;
   return c;
+}
+
+// What is measured: the model's config.json, the step, the ids the batch never draws and the
+// model's name in the records: the preset's, or --config's (whose seq_len, ac_mode,
+// loss_vocab_chunk and lr are copied into the options that the JSON line shows).
+struct Step {
+  nlohmann::json hf_config;
+  train::TrainConfig config;
+  std::vector<int64_t> special_ids;
+  std::string model_name;
+};
+
+Step step_of(Options& o) {
+  if (o.config.path.empty()) {
+    if (o.seq_len == 0) o.seq_len = o.preset == "tiny" ? 64 : 4096;
+    VLM_CHECK(o.seq_len >= 2, "bench_gpu_step: need --seq-len >= 2, got ", o.seq_len);
+    return {model_config(o), gpu_step_config(o), {}, o.preset};
+  }
+  bench::ConfigStep c = bench::load_config_step(o.config, o.timing.warmup + o.timing.iters);
+  auto& t = c.config.training;
+  o.seq_len = c.config.data.seq_len;
+  o.ac = parallel::ac_mode_name(t.ac_mode);
+  o.loss_vocab_chunk = t.loss_vocab_chunk;
+  o.lr = t.lr_llm;
+  t.micro_batch_rows = o.rows;
+  t.device = o.device;
+  return {c.hf_config, c.config, c.special_ids, c.name};
 }
 
 // What the run measured, beside the options.
@@ -164,8 +195,11 @@ struct Measured {
 };
 
 // The JSON line of the header comment.
-void print_json(const Options& o, const nlohmann::json& config, const model::CausalLM& m,
-                Device device, const Measured& r) {
+void print_json(const Options& o, const Step& step, const model::CausalLM& m, Device device,
+                const Measured& r) {
+  // The language model's sizes (a vision-language config nests them in text_config).
+  const nlohmann::json& config =
+      step.hf_config.contains("text_config") ? step.hf_config["text_config"] : step.hf_config;
   const std::vector<double>& ms = r.times.ms;
   const double step_ms = bench::median(ms);
   const double tflops = r.flops.total() / (step_ms / 1e3) / 1e12;
@@ -173,15 +207,16 @@ void print_json(const Options& o, const nlohmann::json& config, const model::Cau
   nlohmann::ordered_json j;
   j["impl"] = "vlmtrain";
   j["device"] = device.str();
-  j["config"] = {{"preset", o.preset},
-                 {"hidden", config["hidden_size"]},
-                 {"layers", config["num_hidden_layers"]},
-                 {"heads", config["num_attention_heads"]},
-                 {"kv_heads", config["num_key_value_heads"]},
-                 {"head_dim", config["head_dim"]},
-                 {"ffn", config["intermediate_size"]},
+  j["config"] = {{"preset", step.model_name},
+                 {"hidden", config.value("hidden_size", int64_t(0))},
+                 {"layers", config.value("num_hidden_layers", int64_t(0))},
+                 {"heads", config.value("num_attention_heads", int64_t(0))},
+                 {"kv_heads", config.value("num_key_value_heads", int64_t(0))},
+                 {"head_dim", config.value("head_dim", int64_t(0))},
+                 {"ffn", config.value("intermediate_size", int64_t(0))},
                  {"vocab", m.vocab_size()},
-                 {"tied", config["tie_word_embeddings"]},
+                 {"tied", step.hf_config.value("tie_word_embeddings",
+                                               config.value("tie_word_embeddings", false))},
                  {"params", m.num_parameters()}};
   j["seq_len"] = o.seq_len;
   j["rows"] = o.rows;
@@ -191,8 +226,9 @@ void print_json(const Options& o, const nlohmann::json& config, const model::Cau
   j["ac"] = o.ac;
   j["loss_vocab_chunk"] = o.loss_vocab_chunk;
   j["lr"] = o.lr;
-  j["steps"] = o.steps;
-  j["warmup"] = o.warmup;
+  j["dtype"] = dtype_name(step.config.training.param_dtype);
+  j["steps"] = o.timing.iters;
+  j["warmup"] = o.timing.warmup;
   j["step_ms"] = step_ms;
   j["step_ms_min"] = *std::min_element(ms.begin(), ms.end());
   j["step_ms_max"] = *std::max_element(ms.begin(), ms.end());
@@ -208,7 +244,7 @@ void print_json(const Options& o, const nlohmann::json& config, const model::Cau
   j["loss_last"] = r.times.loss_last;
   j["grad_norm_first"] = r.times.grad_norm_first;
   // The common records, before the JSON line (bench_gpu_step.sh reads the last line).
-  const std::string case_name = o.preset + ", " + std::to_string(o.rows) + " x " +
+  const std::string case_name = step.model_name + ", " + std::to_string(o.rows) + " x " +
                                 std::to_string(o.seq_len) + " tokens, ac " + o.ac;
   bench::emit_step_records("bench_gpu_step", case_name, device.str(), r.times, r.flops.tokens);
   bench::emit("bench_gpu_step", case_name, "1", device.str(), "tflops", tflops);
@@ -218,46 +254,46 @@ void print_json(const Options& o, const nlohmann::json& config, const model::Cau
   std::printf("%s\n", j.dump().c_str());
 }
 
-int run(const Options& o) {
-  const nlohmann::json config = model_config(o);
-  std::shared_ptr<model::CausalLM> m = model::build_model(config, "bench_gpu_step", DType::bf16);
+int run(Options o) {
+  const Step step = step_of(o);
+  const DType dtype = step.config.training.param_dtype;
   if (!o.write_config.empty()) {
-    write_config(*m, o.write_config);
+    write_config(*model::build_model(step.hf_config, "bench_gpu_step", dtype), o.write_config);
     return 0;
   }
   const Device device = parse_device(o.device);
   VLM_CHECK(device.is_cpu() || device.index < cuda_device_count(), "bench_gpu_step: --device ",
             o.device, " is not available: ", cuda_device_query());
 
-  const train::TrainConfig c = gpu_step_config(o);
   Measured r;
   const auto init_start = Clock::now();
-  Rng rng(0);
-  m->init_weights(rng); // on the CPU, as the trainer does; then AC and to the device
+  // Built and initialized on the CPU, as the trainer does; then AC and to the device.
+  std::shared_ptr<model::CausalLM> m = bench::random_model(step.hf_config, dtype, "bench_gpu_step");
   const parallel::Parallelized parallelized = parallel::parallelize(
-      *m, m->blocks(), parallel::ParallelGroups{}, {c.training.ac_mode, {}}, device);
+      *m, m->blocks(), parallel::ParallelGroups{}, {step.config.training.ac_mode, {}}, device);
   synchronize_device(device);
   r.init_s = seconds_since(init_start);
 
-  train::TrainStepper stepper(c, m, train::StepParallel::of(parallelized));
+  train::TrainStepper stepper(step.config, m, train::StepParallel::of(parallelized));
 
-  const Batch host = make_batch(o, m->vocab_size());
+  const Batch host = make_batch(o, m->vocab_size(), step.special_ids);
   const std::vector<model::Batch> batch{model::to_device(host.text, device)};
   r.flops = m->training_flops(host.cu_seqlens);
   r.targets = model::count_targets(batch[0]);
   r.ids_checksum = host.ids_checksum;
-  // Each step between two device synchronizations (the step returns before its last kernels).
-  r.times = bench::time_steps(stepper, batch, o.warmup, o.steps, "bench_gpu_step",
-                              [&] { synchronize_device(device); });
-  print_json(o, config, *m, device, r);
+  // The step returns before its last kernels: the device is synchronized inside each timed run.
+  r.times =
+      bench::time_steps(stepper, batch, o.timing,
+                        bench::Timer(device, nullptr, /*whole_device=*/true), "bench_gpu_step");
+  print_json(o, step, *m, device, r);
   return 0;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"One Qwen3 training step on a GPU: tokens/s, TFLOP/s and MFU.", "bench_gpu_step"};
+  CLI::App app{"One training step on a GPU: tokens/s, TFLOP/s and MFU.", "bench_gpu_step"};
   Options o;
   add_options(app, o);
-  return bench::run_main(app, argc, argv, [&] { return run(resolved(o)); });
+  return bench::run_main(app, argc, argv, [&] { return run(o); });
 }

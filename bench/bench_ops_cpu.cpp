@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "bench/bench_main.h"
-#include "bench/median.h"
 #include "bench/record.h"
+#include "bench/timing.h"
 #include "kernels/norm.h"
 #include "src/core/autograd.h"
 #include "src/core/ops.h"
@@ -30,9 +30,9 @@ using namespace vlm;
 
 namespace {
 
-// Median wall time in seconds of `repeats` runs after one warm-up (of an even count the upper one).
+// Median seconds of `repeats` runs after one warm-up (bench/timing.h).
 double median_seconds(int repeats, const std::function<void()>& fn) {
-  return bench::upper_median(bench::wall_seconds(repeats, fn));
+  return bench::Timer().median_seconds({1, repeats}, fn);
 }
 
 void row(const char* name, const char* shape, double flops, double sec, const char* extra = "") {

@@ -7,8 +7,8 @@
 // Usage: bench_vl_step --model DIR --batch FILE [--steps K] [--warmup W]   (--help: defaults)
 // The step: fp32, every part trained, AdamW (lr 1e-3 constant for all groups, betas 0.9/0.999,
 // eps 1e-8, weight decay 0.01 on projection weights), clipping to 1.0, no activation
-// checkpointing. Prints one JSON line: tokens_per_s (median over K timed steps), step_ms,
-// step_ms_min, threads, loss_first, loss_last.
+// checkpointing; timing: bench/timing.h. Prints the common records and one JSON line: tokens_per_s
+// (median over K timed steps), step_ms, step_ms_min, threads, loss_first, loss_last.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +16,7 @@
 
 #include "bench/bench_main.h"
 #include "bench/bench_step_setup.h"
+#include "bench/record.h"
 #include "model/batch_file.h"
 #include "model/model_spec.h"
 #include "src/train/train_step.h"
@@ -26,7 +27,7 @@ namespace {
 
 struct Options {
   std::string model_dir, batch_path;
-  int64_t steps = 10, warmup = 2;
+  bench::Timing timing{2, 10};
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -34,13 +35,12 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model_dir, "the HF snapshot folder")->required();
   app.add_option("--batch", o.batch_path, "the batch file (safetensors, as `vlmtrain dump`)")
       ->required();
-  app.add_option("--steps", o.steps, "timed steps")->check(cli::at_least(1));
-  app.add_option("--warmup", o.warmup, "untimed steps first")->check(cli::at_least(0));
+  bench::add_timing_options(app, o.timing, "--steps", "steps");
 }
 
 int run(const Options& o) {
   auto m = model::load_pretrained(o.model_dir, DType::f32);
-  train::TrainConfig c = bench::step_config(DType::f32, o.warmup + o.steps, 1e-3);
+  train::TrainConfig c = bench::step_config(DType::f32, o.timing.warmup + o.timing.iters, 1e-3);
   c.training.lr_mlp = c.training.lr_vit = 1e-3;
   c.model.train_llm = c.model.train_mlp = c.model.train_vit = true;
   train::TrainStepper stepper(c, m);
@@ -49,7 +49,7 @@ int run(const Options& o) {
   model::validate_batch(b, m->vocab_size());
   const std::vector<model::Batch> batch{b};
   const bench::StepTimes times =
-      bench::time_steps(stepper, batch, o.warmup, o.steps, "bench_vl_step");
+      bench::time_steps(stepper, batch, o.timing, bench::Timer(), "bench_vl_step");
   nlohmann::ordered_json j;
   j["impl"] = "vlmtrain";
   j["params"] = m->num_parameters();

@@ -62,6 +62,19 @@ run bench_loader "$b/bench_loader" --tokenizer "$tok" --samples 8 --seq-len 1024
 run bench_train_step "$b/bench_train_step" --hidden 64 --layers 2 --heads 4 --kv-heads 2 \
   --head-dim 16 --ffn 128 --vocab 512 --seq 64 --docs 2 --steps 2 --warmup 1
 run bench_gpu_step "$b/bench_gpu_step" --preset tiny --device cpu --steps 2 --warmup 1 --seq-len 64
+# The single-device step benchmarks on a training config instead (the trainer's code): the main
+# job's tiny Qwen3-VL with selective checkpointing, the Qwen3.5 demo in bf16 with full.
+run bench_train_step "$b/bench_train_step" --config "$root/configs/demo.toml" \
+  --set model.tokenizer="$tok" --set data.data_path="$dir" --set data.seq_len=96 \
+  --set training.ac_mode=selective --docs 3 --steps 2 --warmup 1
+grep -q '"case":"[^"]*demo.toml (qwen3_vl), seq 96, f32, ac selective"' "$dir/records.jsonl" ||
+  fail "bench_train_step --config: the records do not name the config's step"
+run bench_gpu_step "$b/bench_gpu_step" --config "$root/configs/demo-qwen3.5.toml" --device cpu \
+  --set model.tokenizer="$tok" --set data.data_path="$dir" --set data.seq_len=48 \
+  --set training.ac_mode=full --set training.param_dtype=bf16 --rows 2 --steps 2 --warmup 1
+grep -q '"case":"[^"]*demo-qwen3.5.toml (qwen3_5), 2 x 48 tokens, ac full"' "$dir/records.jsonl" ||
+  fail "bench_gpu_step --config: the records do not name the config's step"
+grep -q '"dtype":"bf16"' "$dir/out.txt" || fail "bench_gpu_step --config: not the config's bf16"
 run bench_collectives "${mpi[@]}" "$b/bench_collectives" --max-mib 1 --iters 2
 [[ -x $b/bench_checkpoint ]] &&
   run bench_checkpoint "${mpi[@]}" "$b/bench_checkpoint" --mib 4 --tensors 4 --iters 1 --dir "$dir"
