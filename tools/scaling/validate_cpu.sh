@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The scaling model's validation on this machine's CPU (SCALABILITY.md): measures the model's
 # inputs — bench_collectives on 2 and 4 ranks (collective times by size), bench_fsdp_step on one
-# rank (the compute), bench_ops_cpu's GEMM rate (the share of it tensor parallelism divides) — and the steps it predicts — bench_fsdp_step on 2 and 4 ranks as FSDP, HSDP,
-# DDP and tensor-parallel layouts — into one file of benchmark records, then compares
+# rank (the compute), bench_ops_cpu's GEMM rate (the share of it tensor parallelism divides) —
+# and the steps it predicts — bench_fsdp_step on 2 and 4 ranks as FSDP, HSDP, DDP and
+# tensor-parallel layouts — into one file of benchmark records, then compares
 # (scaling_model.py validate: within 20%).
 #   tools/scaling/validate_cpu.sh [build_dir (build)] [records file (a temporary one)]
 # One thread per rank; 4 ranks on fewer cores share them (the model counts that).
