@@ -9,10 +9,9 @@
 // offsets of one file with pwrite() from every rank, then fsync. Reads: Hdf5StateReader's
 // read_rows_into of each rank's rows against pread() of them. Both sides run alternately, I times
 // after a warm-up, every rank starting together; the time of a run is the slowest rank's; the
-// median is reported (bench/timing.h). Rank 0 prints GB/s and ratio = reference time / checkpoint
-// time (target
-// >= 0.7). Reads come from the page cache on both sides (the bench cannot drop it), so they time
-// the software path, not the disk.
+// median is reported (bench/timing.h). Rank 0 prints GB/s and ratio = reference time /
+// checkpoint time (target >= 0.7). Reads come from the page cache on both sides (the bench cannot
+// drop it), so they time the software path, not the disk.
 #include "parallel/mpi.h"
 
 #include <fcntl.h>
@@ -26,7 +25,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "bench/bench_main.h"
@@ -165,13 +163,10 @@ int run(const Options& o) {
 
   const std::unique_ptr<parallel::ProcessGroup> world_group = parallel::world_group();
   const bench::Timer timer(Device::cpu(), world_group.get());
-  const auto median_pair = [](const std::pair<std::vector<double>, std::vector<double>>& t) {
-    return std::pair{bench::median(t.first), bench::median(t.second)};
-  };
-  const auto [w_h5, w_raw] = median_pair(timer.interleaved(
-      o.timing, [&] { write_h5(m.shards, h5); }, [&] { write_raw(m.shards, raw, rank); }));
-  const auto [r_h5, r_raw] = median_pair(timer.interleaved(
-      o.timing, [&] { read_h5(m.shards, h5); }, [&] { read_raw(m.shards, raw); }));
+  const auto [w_h5, w_raw] = timer.interleaved(
+      o.timing, [&] { write_h5(m.shards, h5); }, [&] { write_raw(m.shards, raw, rank); });
+  const auto [r_h5, r_raw] = timer.interleaved(
+      o.timing, [&] { read_h5(m.shards, h5); }, [&] { read_raw(m.shards, raw); });
   if (rank == 0) {
     std::printf("checkpoint I/O: %d rank(s), %.0f MiB in %lld f32 tensors (%.0f MiB per rank), "
                 "%s, median of %lld\n",

@@ -180,8 +180,7 @@ int run(const Options& o) {
     if (per_rank == 0) continue;
     Buffers b(per_rank, s.n, s.device);
     for (const Row& r : rows_for(s, b)) {
-      const auto [t_ours, t_raw] = timer.interleaved(o.timing, r.ours, r.raw);
-      const double ours = bench::median(t_ours), raw = bench::median(t_raw);
+      const auto [ours, raw] = timer.interleaved(o.timing, r.ours, r.raw);
       const double gb = double(b.total) * 4 / 1e9;
       if (w.rank == 0) {
         std::printf("%-20s %10lld %12.3f %12.3f %12.1f %7.2fx\n", r.name, (long long)(b.total * 4),

@@ -47,15 +47,14 @@ std::vector<double> Timer::runs(const Timing& t, const std::function<void()>& fn
   return s;
 }
 
-std::pair<std::vector<double>, std::vector<double>>
-Timer::interleaved(const Timing& t, const std::function<void()>& a,
-                   const std::function<void()>& b) const {
-  std::pair<std::vector<double>, std::vector<double>> s;
+std::pair<double, double> Timer::interleaved(const Timing& t, const std::function<void()>& a,
+                                             const std::function<void()>& b) const {
+  std::vector<double> sa, sb;
   for (int64_t i = 0; i < t.warmup + t.iters; i++) {
     const double ta = seconds(a), tb = seconds(b);
-    if (i >= t.warmup) s.first.push_back(ta), s.second.push_back(tb);
+    if (i >= t.warmup) sa.push_back(ta), sb.push_back(tb);
   }
-  return s;
+  return {median(sa), median(sb)};
 }
 
 } // namespace vlm::bench

@@ -55,10 +55,9 @@ public:
   double median_seconds(const Timing& t, const std::function<void()>& fn) const {
     return median(runs(t, fn));
   }
-  // The runs of a and of b alternating (a, b, a, b, ...), warm-ups included.
-  std::pair<std::vector<double>, std::vector<double>>
-  interleaved(const Timing& t, const std::function<void()>& a,
-              const std::function<void()>& b) const;
+  // The median seconds of a and of b, their runs alternating (a, b, a, b, ...), warm-ups included.
+  std::pair<double, double> interleaved(const Timing& t, const std::function<void()>& a,
+                                        const std::function<void()>& b) const;
 
 private:
   Device device_;

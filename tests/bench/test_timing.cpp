@@ -86,13 +86,19 @@ TEST_CASE("bench timing: warm-up runs untimed, then the timed runs, each its own
   CHECK(bench::Timer().median_seconds({0, 1}, [] { std::this_thread::sleep_for(20ms); }) >= 0.020);
 }
 
-TEST_CASE("bench timing: two sides alternate run by run, warm-ups included") {
+TEST_CASE("bench timing: two sides alternate run by run, warm-ups included, each its median") {
   std::string order;
   const auto [a, b] = bench::Timer().interleaved(
-      {1, 2}, [&] { order += "a"; }, [&] { order += "b"; });
-  CHECK(order == "ababab");
-  CHECK(a.size() == 2);
-  CHECK(b.size() == 2);
+      {1, 3},
+      [&] {
+        order += "a";
+        std::this_thread::sleep_for(order.size() == 3 ? 200ms : 30ms); // a's first timed run
+      },
+      [&] { order += "b"; });
+  CHECK(order == "abababab");
+  CHECK(a >= 0.030);
+  CHECK(a < 0.200); // the median of 200, 30, 30 ms
+  CHECK(b < 0.030);
 }
 
 TEST_CASE("bench timing: over several ranks a run starts at a barrier and takes the slowest rank's "
