@@ -197,9 +197,7 @@ struct Measured {
 // The JSON line of the header comment.
 void print_json(const Options& o, const Step& step, const model::CausalLM& m, Device device,
                 const Measured& r) {
-  // The language model's sizes (a vision-language config nests them in text_config).
-  const nlohmann::json& config =
-      step.hf_config.contains("text_config") ? step.hf_config["text_config"] : step.hf_config;
+  const nlohmann::json& config = bench::text_config(step.hf_config);
   const std::vector<double>& ms = r.times.ms;
   const double step_ms = bench::median(ms);
   const double tflops = r.flops.total() / (step_ms / 1e3) / 1e12;

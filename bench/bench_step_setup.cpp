@@ -59,6 +59,10 @@ ConfigStep load_config_step(const ConfigOption& c, int64_t steps) {
   return s;
 }
 
+const nlohmann::json& text_config(const nlohmann::json& hf_config) {
+  return hf_config.contains("text_config") ? hf_config["text_config"] : hf_config;
+}
+
 std::shared_ptr<model::CausalLM> random_model(const nlohmann::json& hf_config, DType dtype,
                                               const std::string& program) {
   std::shared_ptr<model::CausalLM> m = model::build_model(hf_config, program, dtype);

@@ -58,6 +58,9 @@ struct ConfigStep {
 };
 ConfigStep load_config_step(const ConfigOption& c, int64_t steps);
 
+// The language model's part of `hf_config` (a vision-language config nests it in text_config).
+const nlohmann::json& text_config(const nlohmann::json& hf_config);
+
 // A model of `hf_config` with random weights (Rng seed 0), in `dtype`.
 std::shared_ptr<model::CausalLM> random_model(const nlohmann::json& hf_config, DType dtype,
                                               const std::string& program);

@@ -107,9 +107,7 @@ int run(Options o) {
       bench::packed_batch(o.seq, o.docs, bench::avoiding(step.special_ids, bench::LcgIds{vocab}))};
   const bench::StepTimes times =
       bench::time_steps(stepper, batch, o.timing, bench::Timer(), "bench_train_step");
-  // The language model's sizes (a vision-language config nests them in text_config).
-  const nlohmann::json& text =
-      step.hf_config.contains("text_config") ? step.hf_config["text_config"] : step.hf_config;
+  const nlohmann::json& text = bench::text_config(step.hf_config);
   nlohmann::ordered_json j;
   j["impl"] = "vlmtrain";
   j["config"] = {{"hidden", text.value("hidden_size", int64_t(0))},
