@@ -8,10 +8,10 @@
 # arm64 -dev package would replace the host's, so it is unpacked into BUILD/sysroot instead.
 # The tests run under qemu-aarch64 with the arm64 multiarch loader and C library (-L /, in
 # aarch64-linux-gnu.cmake): with the cross toolchain's own copies, the first thread creation hung.
-# Measured (2 cores, packages installed): the build from scratch 360 s (the test binaries link
-# every library), the 195 kernel/core/io tests under qemu 51 s, all passing. Not in CI: with the
-# cross toolchain's installation that is ~9 minutes more than a CI run has room for; run it after
-# changing CPU kernels.
+# Measured (2 cores, packages installed): the build from scratch 234 s (unity libraries; the test
+# binaries link every library), the 195 kernel/core/io tests under qemu 53 s, all passing. Not in
+# CI: with the cross toolchain's installation that is ~7 minutes more than a CI run has room for;
+# run it after changing CPU kernels.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${1:-$root/build-arm64}"
