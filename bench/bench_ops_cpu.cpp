@@ -30,9 +30,9 @@ using namespace vlm;
 
 namespace {
 
-// Median seconds of `repeats` runs after one warm-up (bench/timing.h).
-double median_seconds(int repeats, const std::function<void()>& fn) {
-  return bench::Timer().median_seconds({1, repeats}, fn);
+// Median seconds of fn's timed runs (bench/timing.h).
+double median_seconds(const bench::Timing& timing, const std::function<void()>& fn) {
+  return bench::Timer().median_seconds(timing, fn);
 }
 
 void row(const char* name, const char* shape, double flops, double sec, const char* extra = "") {
@@ -48,7 +48,7 @@ void record(const char* name, const char* shape, const char* metric, double valu
 }
 
 // Our linear() against cblas_sgemm on the same buffers; returns the worst ratio (BLAS time / ours).
-double bench_linear(bool quick, int reps, Rng& rng) {
+double bench_linear(bool quick, const bench::Timing& timing, Rng& rng) {
   struct MM {
     int64_t rows, in, out;
   };
@@ -59,9 +59,9 @@ double bench_linear(bool quick, int reps, Rng& rng) {
   for (auto [rows, in, out] : mms) {
     Tensor x = Tensor::randn({rows, in}, rng), w = Tensor::randn({out, in}, rng, DType::f32, 0.02);
     Tensor y;
-    double ours = median_seconds(reps, [&] { y = linear(x, w); });
+    double ours = median_seconds(timing, [&] { y = linear(x, w); });
     std::vector<float> c(size_t(rows * out));
-    double blas = median_seconds(reps, [&] {
+    double blas = median_seconds(timing, [&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.f,
                   x.data<float>(), int(in), w.data<float>(), int(in), 0.f, c.data(), int(out));
     });
@@ -80,7 +80,7 @@ double bench_linear(bool quick, int reps, Rng& rng) {
 }
 
 // Attention (causal, packed documents): forward, and backward (fwd + bwd minus fwd).
-void bench_attention(bool quick, int reps, Rng& rng) {
+void bench_attention(bool quick, const bench::Timing& timing, Rng& rng) {
   struct Att {
     int64_t docs, len, hq, hkv, d;
   };
@@ -97,8 +97,8 @@ void bench_attention(bool quick, int reps, Rng& rng) {
     for (int64_t i = 0; i <= docs; i++) cu.push_back(int32_t(i * len));
     Tensor cu_seqlens = Tensor::from_vector(cu, {docs + 1});
     const double scale = 1.0 / std::sqrt(double(d));
-    double fwd = median_seconds(reps, [&] { attention(q, k, v, cu_seqlens, true, scale); });
-    double both = median_seconds(reps, [&] {
+    double fwd = median_seconds(timing, [&] { attention(q, k, v, cu_seqlens, true, scale); });
+    double both = median_seconds(timing, [&] {
       EnableGradGuard grad;
       Tensor ql = q.detach().set_requires_grad(true), kl = k.detach().set_requires_grad(true),
              vl = v.detach().set_requires_grad(true);
@@ -119,7 +119,7 @@ void bench_attention(bool quick, int reps, Rng& rng) {
 
 // RMSNorm kernels, forward and backward, next to a plain copy of the same bytes; returns the worst
 // ratio (copy time / kernel time).
-double bench_rms_norm(bool quick, int reps, Rng& rng) {
+double bench_rms_norm(bool quick, const bench::Timing& timing, Rng& rng) {
   // Bandwidth-bound: the figure of merit is bytes moved per second against what a parallel copy
   // loop of as many bytes reaches in the same run (forward: read x, write y; backward: read x and
   // dy, write dx; the weight and per-row scalars are negligible). The kernels are called on
@@ -135,7 +135,7 @@ double bench_rms_norm(bool quick, int reps, Rng& rng) {
         dy[size_t(i)] = float(rng.normal());
       }
       auto copy_seconds = [&](int64_t count) {
-        return median_seconds(reps, [&] {
+        return median_seconds(timing, [&] {
           const float* a = src.data();
           float* b = dst.data();
 #pragma omp parallel for schedule(static)
@@ -144,11 +144,11 @@ double bench_rms_norm(bool quick, int reps, Rng& rng) {
       };
       const double copy2 = copy_seconds(n), copy3 = copy_seconds(3 * n / 2);
       const auto mode = kernels::RmsNormWeight::scale;
-      const double fwd = median_seconds(reps, [&] {
+      const double fwd = median_seconds(timing, [&] {
         kernels::cpu::rms_norm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), mode, rows,
                                           dim, 1e-6);
       });
-      const double bwd = median_seconds(reps, [&] {
+      const double bwd = median_seconds(timing, [&] {
         kernels::cpu::rms_norm_bwd<float>(dx.data(), nullptr, dy.data(), x.data(), w.data(),
                                           rstd.data(), mode, rows, dim);
       });
@@ -173,7 +173,7 @@ double bench_rms_norm(bool quick, int reps, Rng& rng) {
 // The fused ops against the primitive sequences they replace, forward and backward through
 // autograd on leaves (what a training step runs): residual add + RMSNorm at a decoder layer's
 // [tokens, hidden], q RMSNorm + RoPE at Qwen3's [tokens, 16 heads, 128].
-void bench_fused(bool quick, int reps, Rng& rng) {
+void bench_fused(bool quick, const bench::Timing& timing, Rng& rng) {
   EnableGradGuard grad;
   const int64_t tokens = quick ? 512 : 2048, hidden = 2048, heads = 16, head_dim = 128;
   auto report = [](const char* name, const char* shape, double fused, double prim) {
@@ -196,12 +196,12 @@ void bench_fused(bool quick, int reps, Rng& rng) {
       }
       return l;
     };
-    const double fused = median_seconds(reps, [&] {
+    const double fused = median_seconds(timing, [&] {
       auto l = leaves();
       auto [s, y] = add_rms_norm(l[0], l[1], l[2], 1e-6);
       run_backward({s, y}, {gs, gy});
     });
-    const double prim = median_seconds(reps, [&] {
+    const double prim = median_seconds(timing, [&] {
       auto l = leaves();
       Tensor s = add(l[0], l[1]);
       Tensor y = rms_norm(s, l[2], 1e-6);
@@ -226,11 +226,11 @@ void bench_fused(bool quick, int reps, Rng& rng) {
       b.set_requires_grad(true);
       return std::vector<Tensor>{a, b};
     };
-    const double fused = median_seconds(reps, [&] {
+    const double fused = median_seconds(timing, [&] {
       auto l = leaves();
       run_backward({rms_norm_rope(l[0], l[1], 1e-6, tables)}, {gy});
     });
-    const double prim = median_seconds(reps, [&] {
+    const double prim = median_seconds(timing, [&] {
       auto l = leaves();
       run_backward({rope(rms_norm(l[0], l[1], 1e-6), tables)}, {gy});
     });
@@ -241,15 +241,14 @@ void bench_fused(bool quick, int reps, Rng& rng) {
   }
 }
 
-int run(bool quick) {
-  int reps = quick ? 3 : 7;
+int run(bool quick, const bench::Timing& timing) {
   NoGradGuard no_grad;
   Rng rng(0);
   std::printf("%-22s %-34s %12s %17s\n", "op", "shape", "median", "throughput");
-  const double worst_ratio = bench_linear(quick, reps, rng);
-  bench_attention(quick, reps, rng);
-  const double worst_norm = bench_rms_norm(quick, reps, rng);
-  bench_fused(quick, reps, rng);
+  const double worst_ratio = bench_linear(quick, timing, rng);
+  bench_attention(quick, timing, rng);
+  const double worst_norm = bench_rms_norm(quick, timing, rng);
+  bench_fused(quick, timing, rng);
   std::printf("\nlinear vs cblas_sgemm, worst ratio: %.3f (target >= 0.95)\n", worst_ratio);
   std::printf("rms_norm vs copy bandwidth, worst ratio: %.2f (target >= 0.5)\n", worst_norm);
   return 0;
@@ -263,6 +262,11 @@ int main(int argc, char** argv) {
                "bench_ops_cpu"};
   cli::show_defaults(app);
   bool quick = false;
-  app.add_flag("--quick", quick, "fewer shapes and runs");
-  return bench::run_main(app, argc, argv, [&] { return run(quick); });
+  bench::Timing timing{1, 7};
+  app.add_flag("--quick", quick, "fewer shapes, and 3 timed runs unless --reps says");
+  bench::add_timing_options(app, timing, "--reps", "runs per measurement");
+  return bench::run_main(app, argc, argv, [&] {
+    if (quick && app.count("--reps") == 0) timing.iters = 3;
+    return run(quick, timing);
+  });
 }
