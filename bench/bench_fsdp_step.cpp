@@ -220,8 +220,7 @@ bench::Timer world_timer(const parallel::DeviceMesh& mesh, Device device) {
 
 // A fresh model sharded over the given groups, with its stepper.
 struct Run {
-  std::shared_ptr<model::CausalLM> model;
-  parallel::Parallelized parallelized;
+  bench::ParallelModel model;
   std::unique_ptr<train::TrainStepper> stepper;
 };
 
@@ -239,14 +238,12 @@ struct RunSpec {
   // `tp`: null without tensor parallelism.
   Run make(ProcessGroup& shard, ProcessGroup* replicate, ProcessGroup& dp, ProcessGroup* tp) const {
     Run r;
-    r.model = bench::random_model(model_config, dtype, "bench_fsdp_step");
     parallel::ParallelizeOptions options{ac, fsdp};
-    if (tp) options.tp_plan = model::tp_plan(*r.model);
     options.sequence_parallel = tp && sequence_parallel;
-    r.parallelized = parallel::parallelize(*r.model, r.model->blocks(),
+    r.model = bench::random_parallel_model(model_config, dtype, "bench_fsdp_step",
                                            {&shard, replicate, &dp, tp}, options, device);
-    r.stepper = std::make_unique<train::TrainStepper>(config, r.model,
-                                                      train::StepParallel::of(r.parallelized));
+    r.stepper = std::make_unique<train::TrainStepper>(
+        config, r.model.model, train::StepParallel::of(r.model.parallelized));
     return r;
   }
 };

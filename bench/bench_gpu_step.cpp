@@ -16,7 +16,8 @@
 //   training.device is not used). bench_gpu_step.sh's PyTorch side runs the preset form only.
 //
 // The model: Qwen3-1.7B (qwen-models.md §1.1: H 2048, L 28, Hq 16, Hkv 8, D 128, I 6144, vocab
-// 151936, tied head) or T1 (§8, tied), random HF init on the CPU in bf16, then moved to the device.
+// 151936, tied head) or T1 (§8, tied), in bf16 with the HF random init drawn into its place on the
+// device as the trainer does (bench_step_setup.h's random_parallel_model).
 // The batch: R rows of S tokens, one document per row (cu_seqlens 0, S, 2S, ...; the PyTorch side
 // runs [R, S] with plain causal SDPA, which is the same attention), token ids of all R·S positions
 // from the LCG of bench/bench_step_setup.h (x = x·6364136223846793005 + 1442695040888963407 mod
@@ -35,8 +36,9 @@
 // batch, which the PyTorch side reports too), "ac", "loss_vocab_chunk", "lr", "steps", "warmup",
 // "step_ms" (median), "step_ms_min", "step_ms_max", "tokens_per_s", "flops_per_step",
 // "flops_per_token", "tflops" (at the median step), "peak_tflops", "mfu" (null without a peak),
-// "peak_memory_bytes" (peak bytes of tensors on the device), "init_s" (build, init and move to the
-// device), "loss_first", "loss_last" (first warm-up step, last timed step), "grad_norm_first"}.
+// "peak_memory_bytes" (peak bytes of tensors on the device), "init_s" (describe, allocate on the
+// device and initialize), "loss_first", "loss_last" (first warm-up step, last timed step),
+// "grad_norm_first"}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -265,14 +267,14 @@ int run(Options o) {
 
   Measured r;
   const auto init_start = Clock::now();
-  // Built and initialized on the CPU, as the trainer does; then AC and to the device.
-  std::shared_ptr<model::CausalLM> m = bench::random_model(step.hf_config, dtype, "bench_gpu_step");
-  const parallel::Parallelized parallelized = parallel::parallelize(
-      *m, m->blocks(), parallel::ParallelGroups{}, {step.config.training.ac_mode, {}}, device);
+  // As the trainer: described, made ready for the device (AC), allocated there and initialized.
+  const bench::ParallelModel pm = bench::random_parallel_model(
+      step.hf_config, dtype, "bench_gpu_step", {}, {step.config.training.ac_mode, {}}, device);
+  const std::shared_ptr<model::CausalLM>& m = pm.model;
   synchronize_device(device);
   r.init_s = seconds_since(init_start);
 
-  train::TrainStepper stepper(step.config, m, train::StepParallel::of(parallelized));
+  train::TrainStepper stepper(step.config, m, train::StepParallel::of(pm.parallelized));
 
   const Batch host = make_batch(o, m->vocab_size(), step.special_ids);
   const std::vector<model::Batch> batch{model::to_device(host.text, device)};

@@ -63,12 +63,17 @@ const nlohmann::json& text_config(const nlohmann::json& hf_config) {
   return hf_config.contains("text_config") ? hf_config["text_config"] : hf_config;
 }
 
-std::shared_ptr<model::CausalLM> random_model(const nlohmann::json& hf_config, DType dtype,
-                                              const std::string& program) {
-  std::shared_ptr<model::CausalLM> m = model::build_model(hf_config, program, dtype);
+ParallelModel random_parallel_model(const nlohmann::json& hf_config, DType dtype,
+                                    const std::string& program,
+                                    const parallel::ParallelGroups& groups,
+                                    parallel::ParallelizeOptions options, Device device) {
+  ParallelModel r;
+  r.model = model::build_model(hf_config, program, dtype); // described: nothing allocated
+  if (groups.tp && groups.tp->size() > 1) options.tp_plan = model::tp_plan(*r.model);
+  r.parallelized = parallel::parallelize(*r.model, r.model->blocks(), groups, options, device);
   Rng rng(0);
-  m->init_weights(rng); // on the CPU, as the trainer does
-  return m;
+  r.model->initialize(rng, parallel::init_parts(r.parallelized.param_layouts()));
+  return r;
 }
 
 std::function<int64_t()> avoiding(std::vector<int64_t> special, std::function<int64_t()> next) {

@@ -15,6 +15,7 @@
 #include "bench/timing.h"
 #include "model/batch.h"
 #include "model/causal_lm.h"
+#include "parallel/parallelize.h"
 #include "src/cli/args.h"
 #include "src/core/tensor.h"
 #include "src/train/config.h"
@@ -61,9 +62,18 @@ ConfigStep load_config_step(const ConfigOption& c, int64_t steps);
 // The language model's part of `hf_config` (a vision-language config nests it in text_config).
 const nlohmann::json& text_config(const nlohmann::json& hf_config);
 
-// A model of `hf_config` with random weights (Rng seed 0), in `dtype`.
-std::shared_ptr<model::CausalLM> random_model(const nlohmann::json& hf_config, DType dtype,
-                                              const std::string& program);
+// A model of `hf_config` in `dtype` with random weights (Rng seed 0), made parallel over `groups`
+// (none: one device) in the trainer's order: described, parallelize() (the family's TP plan when
+// groups.tp has more than one rank), then each rank draws only its parts, so no rank holds the
+// model whole. `program` names the config in errors.
+struct ParallelModel {
+  std::shared_ptr<model::CausalLM> model;
+  parallel::Parallelized parallelized; // after the model: undone before it goes
+};
+ParallelModel random_parallel_model(const nlohmann::json& hf_config, DType dtype,
+                                    const std::string& program,
+                                    const parallel::ParallelGroups& groups,
+                                    parallel::ParallelizeOptions options, Device device);
 
 // Token ids from a 64-bit LCG: x = x * 6364136223846793005 + 1442695040888963407 mod 2^64, seed
 // 1, id = (x >> 33) % vocab (the PyTorch sides of bench_train_step.sh and bench_gpu_step.sh make

@@ -94,13 +94,12 @@ int run(Options o) {
   VLM_CHECK(o.seq >= 2 * o.docs, "bench_train_step: need 2 tokens per document, got ", o.seq,
             " tokens and --docs ", o.docs);
   const DType dtype = step.config.training.param_dtype;
-  std::shared_ptr<model::CausalLM> m =
-      bench::random_model(step.hf_config, dtype, "bench_train_step");
-  // As on one rank of the trainer: activation checkpointing applied, no groups.
-  const parallel::Parallelized parallelized =
-      parallel::parallelize(*m, m->blocks(), parallel::ParallelGroups{},
-                            {step.config.training.ac_mode, {}}, Device::cpu());
-  train::TrainStepper stepper(step.config, m, train::StepParallel::of(parallelized));
+  // As on one rank of the trainer: no groups, activation checkpointing as the step says.
+  const bench::ParallelModel pm =
+      bench::random_parallel_model(step.hf_config, dtype, "bench_train_step", {},
+                                   {step.config.training.ac_mode, {}}, Device::cpu());
+  const std::shared_ptr<model::CausalLM>& m = pm.model;
+  train::TrainStepper stepper(step.config, m, train::StepParallel::of(pm.parallelized));
 
   const int64_t vocab = m->vocab_size();
   const std::vector<model::Batch> batch{
