@@ -100,7 +100,10 @@ void add_options(CLI::App& app, Options& o) {
       ->check(cli::at_least(1));
   app.add_option("--sp", o.sp, "1: sequence parallelism (with --tp > 1)")
       ->check(CLI::IsMember({0, 1}));
-  bench::add_config_options(app, o.config, "its param_dtype, ac_mode, seq_len and parallel layout");
+  std::vector<std::string> replaced = bench::kModelSizeFlags;
+  replaced.insert(replaced.end(), {"--seq", "--dtype", "--layout", "--tp", "--sp"});
+  bench::add_config_options(app, o.config, "its param_dtype, ac_mode, seq_len and parallel layout",
+                            replaced);
   bench::add_timing_options(app, o.timing, "--steps", "steps");
 }
 

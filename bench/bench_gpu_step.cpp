@@ -97,7 +97,8 @@ void add_options(CLI::App& app, Options& o) {
       ->check(cli::at_least(0));
   app.add_option("--lr", o.lr, "the constant learning rate")->check(cli::positive());
   bench::add_config_options(
-      app, o.config, "its seq_len, param_dtype, ac_mode, loss_vocab_chunk, optimizer and schedule");
+      app, o.config, "its seq_len, param_dtype, ac_mode, loss_vocab_chunk, optimizer and schedule",
+      {"--preset", "--layers", "--seq-len", "--ac", "--loss-vocab-chunk", "--lr"});
   app.add_option("--rows", o.rows, "rows of the batch, one document each")->check(cli::at_least(1));
   bench::add_timing_options(app, o.timing, "--steps", "steps");
   app.add_option("--device", o.device, "cpu or cuda[:N]");

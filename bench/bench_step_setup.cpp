@@ -37,11 +37,14 @@ nlohmann::json sized_qwen3_config(const ModelSize& s, int64_t seq) {
   return mc;
 }
 
-void add_config_options(CLI::App& app, ConfigOption& c, const std::string& replaces) {
-  app.add_option("--config", c.path,
-                 "a training config (vlmtrain train --config): its model (random weights) and " +
-                     replaces + " replace the options above");
-  app.add_option("--set", c.sets, "section.key=value on --config, as vlmtrain train --set");
+void add_config_options(CLI::App& app, ConfigOption& c, const std::string& settings,
+                        const std::vector<std::string>& replaced) {
+  CLI::Option* config = app.add_option(
+      "--config", c.path,
+      "a training config (vlmtrain train --config): its model (random weights) and " + settings);
+  for (const std::string& f : replaced) app.get_option(f)->excludes(config); // --help shows them
+  app.add_option("--set", c.sets, "section.key=value on --config, as vlmtrain train --set")
+      ->needs(config);
 }
 
 ConfigStep load_config_step(const ConfigOption& c, int64_t steps) {

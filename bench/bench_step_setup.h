@@ -30,6 +30,8 @@ struct ModelSize {
 
 // --hidden --layers --heads --kv-heads --head-dim --ffn --vocab, each an integer >= 1.
 void add_model_size_options(CLI::App& app, ModelSize& s);
+inline const std::vector<std::string> kModelSizeFlags = {
+    "--hidden", "--layers", "--heads", "--kv-heads", "--head-dim", "--ffn", "--vocab"};
 
 // The tiny preset's config.json (untied head) with the sizes of `s`, its positions covering `seq`
 // tokens.
@@ -41,9 +43,10 @@ struct ConfigOption {
   std::vector<std::string> sets;
 };
 
-// --config FILE and --set section.key=value (repeatable); `replaces` names the options the config
-// stands in for.
-void add_config_options(CLI::App& app, ConfigOption& c, const std::string& replaces);
+// --config FILE and --set section.key=value (repeatable). The config's `settings` stand in for the
+// options `replaced` (added before): giving one of them with --config is an error naming both.
+void add_config_options(CLI::App& app, ConfigOption& c, const std::string& settings,
+                        const std::vector<std::string>& replaced);
 
 // The step of a training config, through the trainer's code: load_train_config (the --set
 // overrides applied) and describe_model (a preset or a snapshot's config.json). The benchmark

@@ -54,8 +54,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--seq", o.seq, "tokens of the packed row")->check(cli::at_least(2));
   app.add_option("--dtype", o.dtype, "parameter and compute dtype")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  std::vector<std::string> replaced = bench::kModelSizeFlags;
+  replaced.insert(replaced.end(), {"--seq", "--dtype"});
   bench::add_config_options(app, o.config,
-                            "its seq_len, param_dtype, ac_mode, optimizer and schedule");
+                            "its seq_len, param_dtype, ac_mode, optimizer and schedule", replaced);
   app.add_option("--docs", o.docs, "documents in the row (>= 2 tokens each)")
       ->check(cli::at_least(1));
   bench::add_timing_options(app, o.timing, "--steps", "steps");

@@ -75,6 +75,11 @@ run bench_gpu_step "$b/bench_gpu_step" --config "$root/configs/demo-qwen3.5.toml
 grep -q '"case":"[^"]*demo-qwen3.5.toml (qwen3_5), 2 x 48 tokens, ac full"' "$dir/records.jsonl" ||
   fail "bench_gpu_step --config: the records do not name the config's step"
 grep -q '"dtype":"bf16"' "$dir/out.txt" || fail "bench_gpu_step --config: not the config's bf16"
+# An option the config stands in for is refused beside it, naming both.
+"$b/bench_train_step" --config "$root/configs/demo.toml" --seq 64 >"$dir/out.txt" 2>&1 &&
+  fail "bench_train_step --config with --seq ran"
+grep -q -- "--seq excludes --config" "$dir/out.txt" ||
+  { cat "$dir/out.txt"; fail "bench_train_step --config --seq: the error does not name both"; }
 run bench_collectives "${mpi[@]}" "$b/bench_collectives" --max-mib 1 --iters 2
 [[ -x $b/bench_checkpoint ]] &&
   run bench_checkpoint "${mpi[@]}" "$b/bench_checkpoint" --mib 4 --tensors 4 --iters 1 --dir "$dir"
