@@ -126,7 +126,9 @@ StepTimes time_steps(train::TrainStepper& stepper, const std::vector<model::Batc
   int64_t s = 0;
   for (const double seconds : timer.runs(t, [&] {
          const train::StepStats st = stepper.step(s, batch);
-         VLM_CHECK(!st.skipped, program, ": step ", s + 1, " was skipped");
+         VLM_CHECK(!st.skipped, program, ": step ", s + 1, " was skipped (loss ", st.loss,
+                   ", gradient norm ", st.grad_norm,
+                   "): a non-finite step is not timed; lower the learning rate or use f32");
          if (s == 0) r.loss_first = st.loss, r.grad_norm_first = st.grad_norm;
          r.loss_last = st.loss;
          s++;
