@@ -513,6 +513,7 @@ int run(Options o) {
   spec.fsdp.reshard_after_forward = o.reshard != 0;
   spec.fsdp.prefetch = o.prefetch != 0;
   parallel::DeviceMesh mesh(parallel::world_group(), setup.shape);
+  if (device.is_cuda()) mesh.connect(device); // as the trainer: no communicator made in a step
   const std::vector<model::Batch> batch{model::to_device(make_batch(o, mesh.dp_rank()), device)};
 
   const StepAndCompute t = time_step_and_compute(o, mesh, spec, batch);

@@ -166,23 +166,27 @@ std::pair<double, double> time_cudnn_attention(const kernels::AttentionShape& s,
     return {0, 0};
   }
   const std::vector<int32_t> cu = {0, int32_t(s.tokens)};
-  const ca::RaggedLayout layout =
-      ca::ragged_layout(cu.data(), s, ca::zero_length_supported(cap.cudnn_version));
-  const ca::PlanKey key = ca::plan_key(s, layout, cap.sm, ca::deterministic_requested());
+  const ca::RaggedLayout layout = ca::ragged_layout(cu.data(), s);
+  const ca::PlanKey key =
+      ca::plan_key(s, layout.size_class(), cap.sm, ca::deterministic_requested());
   const std::vector<uint8_t> image = ca::ragged_device_bytes(layout);
   Tensor ragged = Tensor::from_vector<uint8_t>(image, {int64_t(image.size())}).to(gpu);
-  const int64_t rows = s.tokens + ca::kSpareRows;
+  const int64_t rows = s.tokens + layout.spare_rows;
   Rng rng(4);
+  // Random tokens, zero spare rows (the padding sequences and tile slack read them), as the op.
   auto rand_rows = [&](int64_t heads) {
-    return Tensor::randn({rows, heads, s.head_dim}, rng, DType::bf16).to(gpu);
+    Tensor t = Tensor::zeros({rows, heads, s.head_dim}, DType::bf16);
+    const Tensor r = Tensor::randn({s.tokens, heads, s.head_dim}, rng, DType::bf16);
+    std::copy_n(r.data<bf16>(), r.numel(), t.data<bf16>());
+    return t.to(gpu);
   };
   Tensor q = rand_rows(s.q_heads), k = rand_rows(s.kv_heads), v = rand_rows(s.kv_heads),
          dout = rand_rows(s.q_heads);
-  Tensor out = Tensor::empty(q.shape(), DType::bf16, gpu),
+  Tensor out = Tensor::zeros(q.shape(), DType::bf16, gpu),
          dq = Tensor::empty(q.shape(), DType::bf16, gpu),
          dk = Tensor::empty(k.shape(), DType::bf16, gpu),
          dv = Tensor::empty(v.shape(), DType::bf16, gpu);
-  Tensor lse = Tensor::empty({rows, s.q_heads}, DType::f32, gpu);
+  Tensor lse = Tensor::zeros({rows, s.q_heads}, DType::f32, gpu);
   std::string why;
   auto forward = [&] {
     why = ca::cuda::sdpa_fwd(out.data<bf16>(), lse.data<float>(), q.data<bf16>(), k.data<bf16>(),

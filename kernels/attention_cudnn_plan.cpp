@@ -3,7 +3,10 @@
 // every build has it and the CPU tests check it.
 #include "kernels/attention_cudnn.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "src/base/check.h"
@@ -45,10 +48,32 @@ const char* backend_name(Backend b) {
   return b == Backend::cudnn ? "cuDNN fused attention" : "own flash-style kernel";
 }
 
+namespace {
+Settings& settings_store() {
+  static Settings s;
+  return s;
+}
+} // namespace
+
+void set_settings(const Settings& s) {
+  VLM_CHECK(s.workspace_limit > 0, "cuDNN attention: the workspace limit must be > 0 bytes, got ",
+            s.workspace_limit);
+  settings_store() = s;
+}
+Settings settings() { return settings_store(); }
+
 bool deterministic_requested() {
-  const int64_t v = env_int("VLM_ATTENTION_DETERMINISTIC", 1);
+  const int64_t v = env_int("VLM_ATTENTION_DETERMINISTIC", settings().deterministic ? 1 : 0);
   VLM_CHECK(v == 0 || v == 1, "VLM_ATTENTION_DETERMINISTIC: expected 0 or 1, got ", v);
   return v == 1;
+}
+
+int64_t deterministic_workspace_estimate(const PlanKey& key) {
+  return key.batch * key.q_heads * key.max_seq * key.max_seq * int64_t(sizeof(float));
+}
+
+bool deterministic_fits(const PlanKey& key, int64_t plan_bytes, int64_t limit) {
+  return (plan_bytes >= 0 ? plan_bytes : deterministic_workspace_estimate(key)) <= limit;
 }
 
 Choice choose_backend(const Capability& cap, const AttentionShape& shape, DType dtype,
@@ -85,39 +110,158 @@ Choice choose_backend(const Capability& cap, const AttentionShape& shape, DType 
   return {Backend::cudnn, ""};
 }
 
-bool zero_length_supported(int64_t cudnn_version) { return cudnn_version >= version(9, 25, 0); }
+namespace {
 
-RaggedLayout ragged_layout(const int32_t* cu_seqlens, const AttentionShape& shape, bool pad_batch) {
+int64_t pow2ceil(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+int64_t pow2floor(int64_t x) {
+  int64_t p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+// The rounding step of the rows levels in T's octave: two levels per octave (at most 50% over T),
+// so the vision tower's varying patch counts meet few; at least 128.
+int64_t rows_step(int64_t tokens) { return std::max<int64_t>(128, pow2floor(tokens) / 2); }
+
+} // namespace
+
+int64_t rows_level(int64_t tokens) {
+  const int64_t t = std::max<int64_t>(tokens, 1);
+  return round_up(t, rows_step(t));
+}
+
+int64_t batch_level(int64_t docs) {
+  for (int64_t level : kBatchLevels)
+    if (docs <= level) return level;
+  return 0;
+}
+
+std::vector<int64_t> seq_levels(int64_t rows) {
+  const int64_t p = pow2ceil(rows_level(rows));
+  std::vector<int64_t> levels;
+  for (int64_t level : {p / 64, p / 16, p / 4, p}) {
+    level = std::max<int64_t>(level, 128);
+    if (levels.empty() || levels.back() != level) levels.push_back(level);
+  }
+  return levels;
+}
+
+int64_t seq_level(int64_t longest, int64_t rows) {
+  for (int64_t level : seq_levels(rows))
+    if (longest <= level) return level;
+  VLM_FAIL("cuDNN attention: a document of ", longest, " tokens in a rows level of ", rows);
+}
+
+int64_t backward_total(int64_t rows, int64_t batch) {
+  return round_up(rows + batch + kTileSlack, 128);
+}
+
+namespace {
+
+// The smallest token count whose rows level is `rows` (a level: rows_level(rows) == rows): the
+// step of the octave below `rows` (rows - 1's) reaches back from it.
+int64_t fewest_tokens(int64_t rows) { return std::max<int64_t>(1, rows - rows_step(rows - 1) + 1); }
+
+// The level below `level` in `levels` (0 for the first).
+int64_t below(const std::vector<int64_t>& levels, int64_t level) {
+  int64_t prev = 0;
+  for (int64_t l : levels) {
+    if (l == level) return prev;
+    prev = l;
+  }
+  VLM_FAIL("cuDNN attention: ", level, " is not a level");
+}
+
+struct Problem {
+  int64_t docs = 0, longest = 0, tokens = 0;
+};
+
+// The cheapest problem of `c`: fewest documents, then the shortest longest one and fewest tokens.
+// docs in (B_prev, B], longest in (S_prev, S], tokens in [fewest_tokens(R), R], each document
+// 1..longest tokens: docs - 1 + longest <= tokens <= docs · longest.
+std::optional<Problem> cheapest_problem(const SizeClass& c) {
+  const std::vector<int64_t> batches(std::begin(kBatchLevels), std::end(kBatchLevels));
+  const int64_t t_min = fewest_tokens(c.rows);
+  for (int64_t n = below(batches, c.batch) + 1; n <= c.batch; n++) {
+    const int64_t longest = std::max(below(seq_levels(c.rows), c.max_seq) + 1, (t_min + n - 1) / n);
+    if (longest > c.max_seq) continue;
+    const int64_t tokens = std::max(t_min, n - 1 + longest);
+    if (tokens <= c.rows && tokens <= n * longest) return Problem{n, longest, tokens};
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+std::vector<SizeClass> size_classes(int64_t rows) {
+  VLM_CHECK(rows_level(rows) == rows, "cuDNN attention: ", rows, " is not a rows level");
+  std::vector<SizeClass> out;
+  for (int64_t b : kBatchLevels)
+    for (int64_t s : seq_levels(rows))
+      if (cheapest_problem({rows, b, s})) out.push_back({rows, b, s});
+  return out;
+}
+
+std::vector<int32_t> size_class_lengths(const SizeClass& c) {
+  const std::optional<Problem> p = cheapest_problem(c);
+  if (!p) return {};
+  std::vector<int32_t> lengths = {0, int32_t(p->longest)}; // an empty one, then the longest
+  int64_t docs = p->docs - 1, tokens = p->tokens - p->longest;
+  // Lengths that have found cuDNN bugs (one token, odd, one short of a tile, 64 mod 128), where
+  // the documents after them can still hold the tokens left.
+  for (int64_t len : {1, 17, 127, 192}) {
+    if (docs <= 1 || len > p->longest) continue;
+    if (tokens - len >= docs - 1 && tokens - len <= (docs - 1) * p->longest) {
+      lengths.push_back(int32_t(len));
+      docs--;
+      tokens -= len;
+    }
+  }
+  for (int64_t i = 0; i < docs; i++) { // the rest as even as they come
+    const int64_t len = tokens / (docs - i);
+    lengths.push_back(int32_t(len));
+    tokens -= len;
+  }
+  // The last document holds the self-check's low-LSE pattern: at least 2 tokens where possible.
+  if (lengths.back() < 2) std::swap(lengths.back(), lengths[1]);
+  return lengths;
+}
+
+RaggedLayout ragged_layout(const int32_t* cu_seqlens, const AttentionShape& shape) {
   RaggedLayout l;
   const int64_t q_row = shape.q_heads * shape.head_dim;
   const int64_t kv_row = shape.kv_heads * shape.head_dim;
+  const int64_t T = shape.tokens;
   int64_t longest = 0;
+  auto add = [&](int64_t first, int64_t len) {
+    l.seq_len.push_back(int32_t(len));
+    l.q_offset.push_back(first * q_row);
+    l.kv_offset.push_back(first * kv_row);
+    l.stats_offset.push_back(first * shape.q_heads);
+  };
   for (int64_t b = 0; b < shape.docs; b++) {
     const int64_t start = cu_seqlens[b], len = cu_seqlens[b + 1] - cu_seqlens[b];
     if (len == 0) continue;
-    l.seq_len.push_back(int32_t(len));
-    l.q_offset.push_back(start * q_row);
-    l.kv_offset.push_back(start * kv_row);
-    l.stats_offset.push_back(start * shape.q_heads);
+    add(start, len);
     longest = std::max(longest, len);
   }
-  l.batch = int64_t(l.seq_len.size());
-  // At least one sequence: a graph with B = 0 is not a graph (an all-empty batch then runs one
-  // zero-length sequence, or the caller skips cuDNN; see the op).
-  const int64_t batch = pad_batch ? round_up(std::max<int64_t>(l.batch, 1), 8) : l.batch;
-  const int64_t end = shape.tokens;
-  while (int64_t(l.seq_len.size()) < batch) { // zero-length sequences at the end of the rows
-    l.seq_len.push_back(0);
-    l.q_offset.push_back(end * q_row);
-    l.kv_offset.push_back(end * kv_row);
-    l.stats_offset.push_back(end * shape.q_heads);
-  }
-  l.batch = batch;
-  l.q_offset.push_back(end * q_row);
-  l.kv_offset.push_back(end * kv_row);
-  l.stats_offset.push_back(end * shape.q_heads);
-  l.max_seq = round_up(std::max<int64_t>(longest, 1), 128);
-  l.max_total = round_up(std::max<int64_t>(shape.tokens, 1), 1024);
+  l.docs = int64_t(l.seq_len.size());
+  l.rows = rows_level(T);
+  l.batch = batch_level(std::max<int64_t>(l.docs, 1));
+  if (l.batch == 0) return l; // too many documents for one graph: the caller runs the own kernel
+  // Padding sequences of one token on the zero rows after the tokens: exact zeros out, and no
+  // zero-length sequence (handled right only from cuDNN 9.25).
+  const int64_t padding = l.batch - l.docs;
+  for (int64_t i = 0; i < padding; i++) add(T + i, 1);
+  l.q_offset.push_back((T + padding) * q_row);
+  l.kv_offset.push_back((T + padding) * kv_row);
+  l.stats_offset.push_back((T + padding) * shape.q_heads);
+  l.max_seq = seq_level(std::max<int64_t>(longest, 1), l.rows);
+  l.max_total = backward_total(l.rows, l.batch);
+  l.spare_rows = padding + kTileSlack;
   return l;
 }
 
@@ -139,13 +283,12 @@ size_t PlanKeyHash::operator()(const PlanKey& k) const {
   return h;
 }
 
-PlanKey plan_key(const AttentionShape& shape, const RaggedLayout& layout, int sm,
-                 bool deterministic) {
+PlanKey plan_key(const AttentionShape& shape, const SizeClass& size, int sm, bool deterministic) {
   PlanKey k;
   k.sm = sm;
-  k.batch = layout.batch;
-  k.max_seq = layout.max_seq;
-  k.max_total = layout.max_total;
+  k.batch = size.batch;
+  k.max_seq = size.max_seq;
+  k.max_total = backward_total(size.rows, size.batch);
   k.q_heads = shape.q_heads;
   k.kv_heads = shape.kv_heads;
   k.head_dim = shape.head_dim;
@@ -184,10 +327,9 @@ std::vector<uint8_t> ragged_device_bytes(const RaggedLayout& layout) {
   return bytes;
 }
 
-std::string ragged_image_key(const AttentionShape& shape, bool pad_batch) {
+std::string ragged_image_key(const AttentionShape& shape) {
   std::ostringstream s;
-  s << "cuDNN ragged Hq" << shape.q_heads << " Hkv" << shape.kv_heads << " D" << shape.head_dim
-    << (pad_batch ? " padded" : "");
+  s << "cuDNN ragged Hq" << shape.q_heads << " Hkv" << shape.kv_heads << " D" << shape.head_dim;
   return s.str();
 }
 
@@ -211,6 +353,8 @@ std::string sdpa_bwd(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
                      const bf16*, const float*, const void*, const PlanKey&, void*) {
   VLM_FAIL("cuDNN attention: ", kNoCuda);
 }
+std::string build_plans(const PlanKey&, int64_t&) { return kNoCuda; }
+int64_t plans_built() { return 0; }
 } // namespace cuda
 #endif
 

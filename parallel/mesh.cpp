@@ -70,4 +70,10 @@ DeviceMesh::DeviceMesh(std::unique_ptr<ProcessGroup> world, const MeshShape& sha
   tp_ = world_->split(replicate_rank_ * shard + shard_rank_, r, "tp");
 }
 
+void DeviceMesh::connect(Device device) {
+  // In one order on every rank: a group's ranks all reach its init before any of them moves on.
+  for (ProcessGroup* g : {world_.get(), dp_.get(), dp_shard_.get(), dp_replicate_.get(), tp_.get()})
+    g->connect(device);
+}
+
 } // namespace vlm::parallel

@@ -50,6 +50,10 @@ public:
   ProcessGroup& dp_replicate() const { return *dp_replicate_; }
   ProcessGroup& tp() const { return *tp_; }
 
+  // Every group's communicator for `device`, made now (ProcessGroup::connect; collective: every
+  // rank of the world calls it), so that no collective of a step makes one.
+  void connect(Device device);
+
 private:
   MeshShape shape_;
   int replicate_rank_ = 0, shard_rank_ = 0, tp_rank_ = 0;

@@ -340,6 +340,10 @@ public:
     MPI_Barrier(comm_);
   }
 
+  void connect(Device device) override {
+    if (device.is_cuda() && size_ > 1) nccl_comm(device);
+  }
+
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) const override {
     VLM_CHECK(color >= 0, "ProcessGroup split: color ", color, " must be >= 0");
     MPI_Comm sub;
@@ -372,8 +376,8 @@ private:
     check_reducible(in, op, "reduce_scatter");
   }
 
-  // The group's NCCL communicator on `device`, made at the first CUDA collective: rank 0 makes
-  // the unique id and broadcasts it over MPI (every rank reaches here in the same collective).
+  // The group's NCCL communicator on `device`, made by connect() or at the first CUDA collective:
+  // rank 0 makes the unique id and broadcasts it over MPI (every rank reaches here together).
   void* nccl_comm(Device device) {
     if (nccl_comm_) {
       VLM_CHECK(device == nccl_device_, name(), ": NCCL collectives on ", device.str(),
@@ -389,7 +393,11 @@ private:
       MPI_Bcast(id, int(sizeof id), MPI_BYTE, 0, comm_);
     }
     DeviceGuard guard(device);
-    nccl_comm_ = kernels::cuda::nccl_comm_init(id, size_, rank_);
+    {
+      // Blocks until every rank of the group has joined: watched like a collective.
+      BlockedWait watch("NCCL communicator init", 0, DType::u8, label_);
+      nccl_comm_ = kernels::cuda::nccl_comm_init(id, size_, rank_);
+    }
     nccl_device_ = device;
     comm_stream_ = Stream::create(device);
     return nccl_comm_;

@@ -6,7 +6,9 @@
 //   * CUDA tensors go over NCCL, on the group's communication stream: the collective is ordered
 //     after the work queued so far on the tensors' current stream (an event), and Work::wait()
 //     makes the current stream wait for it (an event again); the host never blocks. The NCCL
-//     communicator is created on the group's first CUDA collective, bootstrapped over MPI.
+//     communicator, bootstrapped over MPI, is made by connect() at start (DeviceMesh::connect:
+//     the trainer and the benchmarks, every group of the mesh), or else at the group's first
+//     CUDA collective.
 //
 // Every collective is watched (parallel/watchdog.h): one that has not finished after
 // collective_timeout seconds — a peer crashed, hangs, or skipped it — ends the process with an
@@ -65,6 +67,13 @@ public:
   int64_t all_reduce_value(int64_t v, ReduceOp op = ReduceOp::sum);
   // Every rank's string, in rank order (checkpoints: each data-parallel rank's loader state).
   std::vector<std::string> all_gather_strings(const std::string& mine);
+
+  // Makes what collectives on `device` need now, not inside the first one: on CUDA, the group's
+  // NCCL communicator (every rank of the group calls it), watched like a collective — a peer that
+  // never arrives ends the job with the same error naming the rank and the group. A no-op on the
+  // CPU, for a group of one rank, and when already made. Throws naming the group when the build
+  // has no NCCL.
+  virtual void connect(Device device) { (void)device; }
 
   // The sub-group of the ranks that pass the same color, ordered by key (every rank calls it);
   // `name` labels it in messages.

@@ -18,6 +18,7 @@
 #if VLM_WITH_CUDNN_FRONTEND
 #include <cudnn_frontend.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -231,6 +232,8 @@ std::string build(fe::graph::Graph& g, cudnnHandle_t handle, int64_t& workspace)
   return err;
 }
 
+std::atomic<int64_t> g_plans_built{0};
+
 const Plan& plan_for(const PlanKey& key, bool backward, int device) {
   // Per thread (execution plans are not guaranteed thread-safe), per device.
   using Cache = std::unordered_map<PlanKey, Plan, PlanKeyHash>;
@@ -238,6 +241,7 @@ const Plan& plan_for(const PlanKey& key, bool backward, int device) {
   Cache& cache = caches[backward][device];
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  g_plans_built++;
   Plan p;
   p.graph = backward ? backward_graph(key) : forward_graph(key);
   p.error = build(*p.graph, handle_for(device), p.workspace);
@@ -279,6 +283,18 @@ std::string frontend_version() {
 }
 
 int64_t cudnn_version() { return int64_t(cudnnGetVersion()); }
+
+std::string build_plans(const PlanKey& key, int64_t& workspace) {
+  const int device = kernels::cuda::current_device();
+  const Plan& fwd = plan_for(key, false, device);
+  if (!fwd.graph) return "forward " + fwd.error;
+  const Plan& bwd = plan_for(key, true, device);
+  if (!bwd.graph) return "backward " + bwd.error;
+  workspace = bwd.workspace;
+  return "";
+}
+
+int64_t plans_built() { return g_plans_built.load(); }
 
 std::string validate_graphs(const PlanKey& key) {
   for (bool backward : {false, true}) {
@@ -340,6 +356,8 @@ std::string sdpa_bwd(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
                      const bf16*, const float*, const void*, const PlanKey&, void*) {
   return kNotBuilt;
 }
+std::string build_plans(const PlanKey&, int64_t&) { return kNotBuilt; }
+int64_t plans_built() { return 0; }
 
 #endif
 

@@ -18,7 +18,7 @@ namespace {
 
 using namespace ldst;
 
-constexpr int kThreads = 256;
+constexpr int kConvThreads = 256;
 // The dw blocks of the CPU kernel: at most kMaxTokenBlocks blocks of at least kMinBlock tokens,
 // a function of the token count only.
 constexpr int64_t kMaxTokenBlocks = 128;
@@ -66,7 +66,7 @@ __device__ __forceinline__ float grad_u(const T* dy, const T* x, const T* w, int
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kConvThreads)
     fwd_kernel(T* y, const T* x, const T* w, const int32_t* cu, int docs, int T_, int C, int K,
                bool silu) {
   const int64_t n = int64_t(T_) * C;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dx[s, c] = Σ_t w[c, K-1-(t-s)] · du[t, c] for t in [s, min(doc end, s + K)), increasing t.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kConvThreads)
     dx_kernel(T* dx, const T* dy, const T* x, const T* w, const int32_t* cu, int docs, int T_,
               int C, int K, bool silu) {
   const int64_t n = int64_t(T_) * C;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
 // partial[blk, i, c] = Σ_{t in block blk} du[t, c] · x[t - (K-1) + i, c] over the taps inside t's
 // document, t increasing. Grid: (channel blocks, token blocks).
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kConvThreads)
     dw_partial_kernel(float* partial, const T* dy, const T* x, const T* w, const int32_t* cu,
                       int docs, int T_, int C, int K, int block, bool silu) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dw[c, i] = Σ_blk partial[blk, i, c] in block order (zero for no blocks).
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kConvThreads)
     dw_sum_kernel(T* dw, const float* partial, int blocks, int C, int K) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x; // j = i * C + c
   if (j >= C * K) return;
@@ -152,7 +152,7 @@ void check_shape(const char* op, const VarlenOffsets& offsets, int64_t tokens, i
 }
 
 unsigned grid_for(int64_t n) {
-  return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536));
+  return unsigned(std::clamp<int64_t>((n + kConvThreads - 1) / kConvThreads, 1, 65536));
 }
 
 } // namespace
@@ -163,7 +163,7 @@ void causal_conv1d_fwd(T* y, const T* x, const T* w, const VarlenOffsets& offset
   check_shape("causal_conv1d_fwd", offsets, tokens, channels, kernel_size);
   if (tokens == 0) return;
   cudaStream_t st = as_stream(stream);
-  fwd_kernel<<<grid_for(tokens * channels), kThreads, 0, st>>>(
+  fwd_kernel<<<grid_for(tokens * channels), kConvThreads, 0, st>>>(
       dptr(y), dptr(x), dptr(w), offsets.cu_seqlens, int(offsets.docs), int(tokens), int(channels),
       int(kernel_size), silu);
   check_last_launch("causal_conv1d_fwd");
@@ -181,7 +181,7 @@ void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w,
   if (dw && tokens == 0) memset_async(dw, 0, size_t(C) * K * sizeof(T), st); // bf16 zero: 0 bits
   if ((!dx && !dw) || tokens == 0) return;
   if (dx) {
-    dx_kernel<<<grid_for(tokens * channels), kThreads, 0, st>>>(
+    dx_kernel<<<grid_for(tokens * channels), kConvThreads, 0, st>>>(
         dptr(dx), dptr(dy), dptr(x), dptr(w), cu, docs, int(tokens), C, K, silu);
     check_last_launch("causal_conv1d_bwd (dx)");
   }
@@ -189,11 +189,12 @@ void causal_conv1d_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w,
     const int64_t block = std::max(kMinBlock, (tokens + kMaxTokenBlocks - 1) / kMaxTokenBlocks);
     const int blocks = int((tokens + block - 1) / block);
     float* partial = static_cast<float*>(malloc_async(size_t(blocks) * K * C * sizeof(float), st));
-    const dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned(blocks));
-    dw_partial_kernel<<<grid, kThreads, 0, st>>>(partial, dptr(dy), dptr(x), dptr(w), cu, docs,
-                                                 int(tokens), C, K, int(block), silu);
+    const dim3 grid(unsigned((C + kConvThreads - 1) / kConvThreads), unsigned(blocks));
+    dw_partial_kernel<<<grid, kConvThreads, 0, st>>>(partial, dptr(dy), dptr(x), dptr(w), cu, docs,
+                                                     int(tokens), C, K, int(block), silu);
     check_last_launch("causal_conv1d_bwd (dw blocks)");
-    dw_sum_kernel<<<grid_for(int64_t(C) * K), kThreads, 0, st>>>(dptr(dw), partial, blocks, C, K);
+    dw_sum_kernel<<<grid_for(int64_t(C) * K), kConvThreads, 0, st>>>(dptr(dw), partial, blocks, C,
+                                                                     K);
     check_last_launch("causal_conv1d_bwd (dw sum)");
     free_async(partial, st);
   }

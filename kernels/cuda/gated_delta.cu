@@ -30,10 +30,10 @@ using gdn::check_offsets;
 using gdn::device_attribute;
 using gdn::Dims;
 using gdn::dims_of;
+using gdn::kChunk;
 using gdn::Scratch;
 
 constexpr int kMaxDim = int(kGatedDeltaMaxDim);
-constexpr int kChunk = int(kGatedDeltaChunk);
 // Value columns per forward block (one warp).
 constexpr int kCols = 32;
 // At most this much of per-block backward scratch at a time (the blocks beyond it wait).

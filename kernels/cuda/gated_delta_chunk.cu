@@ -35,9 +35,9 @@ namespace {
 using gdn::check_offsets;
 using gdn::Dims;
 using gdn::dims_of;
+using gdn::kChunk;
 using gdn::Scratch;
 
-constexpr int kChunk = int(kGatedDeltaChunk);
 constexpr int kBlock = 256;
 constexpr int kLdC = kChunk + 1; // row stride of the [64, 64] matrices (no bank conflicts)
 // Value columns per block at most: the narrow products' tiles are 32 wide.
@@ -150,7 +150,7 @@ __device__ void load_rows(float* dst, int ld, const float* src, int t0, int n, i
   }
 }
 
-struct FwdArgs {
+struct ChunkFwdArgs {
   float* out;         // [T, HV, dv] or null (the backward's forward pass)
   float* final_state; // [docs, HV, dk, dv] or null
   float* h_save;      // or null: the state at every chunk start [chunks, HV, dk, dv]
@@ -171,7 +171,7 @@ int64_t fwd_smem_floats(int dk, int nc) {
 // Grid (docs, HV, ceil(dv / nc)). Per chunk (cpu chunk_forward): A = β E ⊙ (k kᵀ) strictly
 // lower; W = T diag(β e^γ) K and U = T diag(β) V by forward substitution; V' = U - W h;
 // O = s diag(e^γ) Q h + (s E ⊙ Q Kᵀ) V' (lower with the diagonal); S <- e^{γ_n} h + K̃ᵀ V'.
-__global__ void __launch_bounds__(kBlock) chunk_fwd_kernel(FwdArgs A) {
+__global__ void __launch_bounds__(kBlock) chunk_fwd_kernel(ChunkFwdArgs A) {
   extern __shared__ double smem_fwd[];
   const Dims P = A.P;
   const int b = int(blockIdx.x), j = int(blockIdx.y), e0 = int(blockIdx.z) * A.nc;
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kBlock) chunk_fwd_kernel(FwdArgs A) {
   }
 }
 
-struct BwdArgs {
+struct ChunkBwdArgs {
   float *dq_part, *dk_part;    // [T, HV, groups, dk]: this group's part of the head's dq / dk
   float *dg_part, *dbeta_part; // [T, HV, groups]
   float *dv, *d_initial_state; // (the latter may be null)
@@ -299,7 +299,7 @@ int64_t bwd_smem_floats(int dk, int nc) {
 //   dq = s diag(e^γ) dO hᵀ + B K;
 //   dk = Bᵀ Q + M K + diag(e^{γ_n - γ}) V' dSᵀ - diag(β e^γ) Y hᵀ;
 //   dγ, dβ per token from row sums; dS <- e^{γ_n} dS + s Qᵀ diag(e^γ) dO - Kᵀ diag(β e^γ) Y.
-__global__ void __launch_bounds__(kBlock) chunk_bwd_kernel(BwdArgs A) {
+__global__ void __launch_bounds__(kBlock) chunk_bwd_kernel(ChunkBwdArgs A) {
   extern __shared__ double smem_bwd[];
   const Dims P = A.P;
   const int b = int(blockIdx.x), j = int(blockIdx.y), grp = int(blockIdx.z), e0 = grp * A.nc;
@@ -532,16 +532,16 @@ template <typename Floats> int columns_for(int dk, int dv, Floats floats, const 
   return nc;
 }
 
-template <typename Kernel> void allow_smem(Kernel kernel, size_t bytes) {
+template <typename Kernel> void allow_large_smem(Kernel kernel, size_t bytes) {
   if (bytes > 48 * 1024)
     VLM_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-void launch_fwd(FwdArgs A, int docs, cudaStream_t st, const char* op) {
+void launch_fwd(ChunkFwdArgs A, int docs, cudaStream_t st, const char* op) {
   A.nc = columns_for(A.P.dk, A.P.dv, fwd_smem_floats, op);
   const size_t smem = size_t(fwd_smem_floats(A.P.dk, A.nc)) * sizeof(float);
-  allow_smem(chunk_fwd_kernel, smem);
+  allow_large_smem(chunk_fwd_kernel, smem);
   const dim3 grid(unsigned(docs), unsigned(A.P.HV), unsigned((A.P.dv + A.nc - 1) / A.nc));
   chunk_fwd_kernel<<<grid, kBlock, smem, st>>>(A);
   check_last_launch(op);
@@ -559,7 +559,7 @@ void gated_delta_chunk_fwd(float* out, float* final_state, const float* q, const
   if (shape.tokens == 0 && !final_state) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int docs = int(shape.docs);
-  FwdArgs A{};
+  ChunkFwdArgs A{};
   A.out = out;
   A.final_state = final_state;
   A.q = q;
@@ -589,7 +589,7 @@ void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* db
   // The forward pass: the state at every chunk start and V'.
   Scratch h_save(size_t(offsets.chunks * P.HV * size) * sizeof(float), st);
   Scratch vp_save(size_t(T * P.HV * P.dv) * sizeof(float), st);
-  FwdArgs F{};
+  ChunkFwdArgs F{};
   F.h_save = h_save.as<float>();
   F.vp_save = vp_save.as<float>();
   F.q = q;
@@ -603,7 +603,7 @@ void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* db
   F.P = P;
   if (T > 0) launch_fwd(F, docs, st, op);
   // The chunks backwards, each column group writing its parts of dq, dk, dg, dbeta.
-  BwdArgs A{};
+  ChunkBwdArgs A{};
   A.nc = columns_for(P.dk, P.dv, bwd_smem_floats, op);
   A.groups = (P.dv + A.nc - 1) / A.nc;
   Scratch dq_part(size_t(T * P.HV * A.groups * P.dk) * sizeof(float), st);
@@ -628,7 +628,7 @@ void gated_delta_chunk_bwd(float* dq, float* dk, float* dv, float* dg, float* db
   A.chunk_off = offsets.chunk_starts;
   A.P = P;
   const size_t smem = size_t(bwd_smem_floats(P.dk, A.nc)) * sizeof(float);
-  allow_smem(chunk_bwd_kernel, smem);
+  allow_large_smem(chunk_bwd_kernel, smem);
   chunk_bwd_kernel<<<dim3(unsigned(docs), unsigned(P.HV), unsigned(A.groups)), kBlock, smem, st>>>(
       A);
   check_last_launch(op);

@@ -13,6 +13,9 @@
 
 namespace vlm::kernels::cuda::gdn {
 
+// Tokens per chunk of the chunked form and of the backward's stored states, as an int.
+constexpr int kChunk = int(kGatedDeltaChunk);
+
 struct Dims {
   int HK, HV, dk, dv, group; // group = HV / HK
   float scale;

@@ -21,7 +21,7 @@ namespace {
 
 using namespace ldst;
 
-constexpr int kThreads = 256;
+constexpr int kIndexThreads = 256;
 
 // One block of kCheckThreads: each thread finds the smallest bad position among its indices, a
 // fixed tree takes the minimum, and thread 0 reports it (with the value at that position).
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kCheckThreads)
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     select_kernel(T* out, const T* x, const I* index, int64_t outer, int64_t dim_size,
                   int64_t n_index, int64_t inner) {
   const int64_t n = outer * n_index * inner;
@@ -72,7 +72,7 @@ template <typename K> __global__ void iota_kernel(K* v, int64_t n) {
 }
 
 template <typename T, typename K>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     segment_add_kernel(T* out, const T* src, const K* rows_sorted, const K* pos_sorted,
                        int64_t outer, int64_t dim_size, int64_t n_index, int64_t inner) {
   const int64_t tasks = outer * n_index;
@@ -112,8 +112,9 @@ void index_select(T* out, const T* x, const I* index, int64_t outer, int64_t dim
                   int64_t n_index, int64_t inner, void* stream) {
   const int64_t n = outer * n_index * inner;
   if (n == 0) return;
-  select_kernel<cuda_t<T>, I><<<grid_blocks(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-      dptr(out), dptr(x), index, outer, dim_size, n_index, inner);
+  select_kernel<cuda_t<T>, I>
+      <<<grid_blocks(n, kIndexThreads), kIndexThreads, 0, as_stream(stream)>>>(
+          dptr(out), dptr(x), index, outer, dim_size, n_index, inner);
   check_last_launch("index_select");
 }
 
@@ -131,7 +132,8 @@ void index_add(T* out, const T* src, const I* index, int64_t outer, int64_t dim_
   K* keys_out = static_cast<K*>(malloc_async(bytes, s));
   K* pos_in = static_cast<K*>(malloc_async(bytes, s));
   K* pos_out = static_cast<K*>(malloc_async(bytes, s));
-  iota_kernel<K><<<grid_blocks(n_index, kThreads, 4096), kThreads, 0, s>>>(pos_in, n_index);
+  iota_kernel<K>
+      <<<grid_blocks(n_index, kIndexThreads, 4096), kIndexThreads, 0, s>>>(pos_in, n_index);
   check_last_launch("index_add (iota)");
   size_t temp_bytes = 0;
   const int n = int(n_index), end_bit = key_bits(dim_size);
@@ -141,7 +143,7 @@ void index_add(T* out, const T* src, const I* index, int64_t outer, int64_t dim_
   VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, pos_in,
                                                  pos_out, n, 0, end_bit, s));
   check_last_launch("index_add (sort)");
-  segment_add_kernel<cuda_t<T>, K><<<grid_blocks(outer * n_index, 1), kThreads, 0, s>>>(
+  segment_add_kernel<cuda_t<T>, K><<<grid_blocks(outer * n_index, 1), kIndexThreads, 0, s>>>(
       dptr(out), dptr(src), keys_out, pos_out, outer, dim_size, n_index, inner);
   check_last_launch("index_add");
   free_async(temp, s);

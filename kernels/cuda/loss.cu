@@ -17,8 +17,8 @@ namespace {
 
 using namespace ldst;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kLossThreads = 256;
+constexpr int kWarps = kLossThreads / 32;
 
 // One block of kReduceThreads over all rows: thread t takes rows t, t + kReduceThreads, ... in
 // order (a double sum and a count), then a fixed tree combines the threads. The smallest bad row
@@ -126,7 +126,7 @@ __device__ void row_max_sumexp(const T* x, int64_t n, float* s_m, float* s_s, fl
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kLossThreads)
     ce_fwd_kernel(float* row_loss, float* lse, const T* logits, const I* labels, int64_t rows,
                   int64_t vocab, int64_t ignore_index) {
   __shared__ float s_m[kWarps], s_s[kWarps];
@@ -155,7 +155,7 @@ __global__ void lce_init_kernel(float* run_max, float* run_sum, int64_t rows) {
 
 // One block per row: the chunk's (max, sum-exp) merged into the running pair.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kLossThreads)
     lce_chunk_fwd_kernel(float* run_max, float* run_sum, float* target, const T* logits,
                          const I* labels, int64_t rows, int64_t chunk, int64_t v0,
                          int64_t ignore_index) {
@@ -192,7 +192,7 @@ __global__ void lce_finish_kernel(float* row_loss, float* lse, const float* run_
 }
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kLossThreads)
     lce_chunk_bwd_kernel(T* dlogits, const T* logits, const float* lse, const I* labels,
                          const float* grad_loss, const double* scale, int64_t rows, int64_t chunk,
                          int64_t v0, int64_t ignore_index) {
@@ -223,8 +223,8 @@ __global__ void round_bf16_kernel(__nv_bfloat16* out, const float* in, int64_t n
 
 void lce_init(float* run_max, float* run_sum, int64_t rows, void* stream) {
   if (rows == 0) return;
-  lce_init_kernel<<<grid_blocks(rows, kThreads), kThreads, 0, as_stream(stream)>>>(run_max, run_sum,
-                                                                                   rows);
+  lce_init_kernel<<<grid_blocks(rows, kLossThreads), kLossThreads, 0, as_stream(stream)>>>(
+      run_max, run_sum, rows);
   check_last_launch("lce_init");
 }
 
@@ -232,7 +232,7 @@ template <typename T, typename I>
 void lce_chunk_fwd(float* run_max, float* run_sum, float* target, const T* logits, const I* labels,
                    int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index, void* stream) {
   if (rows == 0 || chunk == 0) return;
-  lce_chunk_fwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+  lce_chunk_fwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kLossThreads, 0, as_stream(stream)>>>(
       run_max, run_sum, target, dptr(logits), labels, rows, chunk, v0, ignore_index);
   check_last_launch("lce_chunk_fwd");
 }
@@ -242,7 +242,7 @@ void lce_finish(float* row_loss, float* lse, const float* run_max, const float* 
                 const float* target, const I* labels, int64_t rows, int64_t ignore_index,
                 void* stream) {
   if (rows == 0) return;
-  lce_finish_kernel<I><<<grid_blocks(rows, kThreads), kThreads, 0, as_stream(stream)>>>(
+  lce_finish_kernel<I><<<grid_blocks(rows, kLossThreads), kLossThreads, 0, as_stream(stream)>>>(
       row_loss, lse, run_max, run_sum, target, labels, rows, ignore_index);
   check_last_launch("lce_finish");
 }
@@ -252,14 +252,15 @@ void lce_chunk_bwd(T* dlogits, const T* logits, const float* lse, const I* label
                    const float* grad_loss, const double* scale, int64_t rows, int64_t chunk,
                    int64_t v0, int64_t ignore_index, void* stream) {
   if (rows == 0 || chunk == 0) return;
-  lce_chunk_bwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+  lce_chunk_bwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kLossThreads, 0, as_stream(stream)>>>(
       dptr(dlogits), dptr(logits), lse, labels, grad_loss, scale, rows, chunk, v0, ignore_index);
   check_last_launch("lce_chunk_bwd");
 }
 
 void round_to_bf16(bf16* out, const float* in, int64_t n, void* stream) {
   if (n == 0) return;
-  round_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, as_stream(stream)>>>(dptr(out), in, n);
+  round_bf16_kernel<<<grid_blocks(n, kLossThreads), kLossThreads, 0, as_stream(stream)>>>(dptr(out),
+                                                                                          in, n);
   check_last_launch("round_to_bf16");
 }
 
@@ -278,7 +279,7 @@ template <typename T, typename I>
 void cross_entropy_fwd(float* row_loss, float* lse, const T* logits, const I* labels, int64_t rows,
                        int64_t vocab, int64_t ignore_index, void* stream) {
   if (rows == 0) return;
-  ce_fwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kThreads, 0, as_stream(stream)>>>(
+  ce_fwd_kernel<cuda_t<T>, I><<<grid_blocks(rows, 1), kLossThreads, 0, as_stream(stream)>>>(
       row_loss, lse, dptr(logits), labels, rows, vocab, ignore_index);
   check_last_launch("cross_entropy_fwd");
 }

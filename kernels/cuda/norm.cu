@@ -22,7 +22,7 @@ namespace {
 
 using namespace ldst;
 
-constexpr int kThreads = 256;
+constexpr int kNormThreads = 256;
 
 // Sum over the 32 * WPR threads of a row (threadIdx.x), rows along threadIdx.y. Every thread of
 // the block must call it (it may synchronize the block).
@@ -90,10 +90,10 @@ __device__ __forceinline__ float rms_rstd(const T* xr, const RowSlot& row, int64
 }
 
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     rms_fwd_kernel(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, int64_t rows,
                    int64_t dim, float eps) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const T* xr = x + row.off;
@@ -127,10 +127,10 @@ __device__ __forceinline__ void load_bwd_packs(float (&xv)[V], float (&gv)[V], f
 }
 
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     rms_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
                    RmsNormWeight mode, int64_t rows, int64_t dim, const T* dres) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const T* xr = x + row.off;
@@ -168,10 +168,10 @@ __global__ void __launch_bounds__(kThreads)
 // add_rms_norm: s = T(x + h) stored, then the RMSNorm of s as rms_fwd_kernel computes it (s is
 // recomputed from x and h in the second pass rather than read back).
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     add_rms_fwd_kernel(T* s, T* y, float* rstd, const T* x, const T* h, const T* w,
                        RmsNormWeight mode, int64_t rows, int64_t dim, float eps) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const int64_t off = row.off;
@@ -246,14 +246,14 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s
   }
 }
 
-// The warp loop of the rope-norm kernels: blockDim (32, kThreads / 32), warp threadIdx.y of the
+// The warp loop of the rope-norm kernels: blockDim (32, kNormThreads / 32), warp threadIdx.y of the
 // block takes row r; the condition is uniform over a warp, so warp shuffles are safe inside.
 #define VLM_WARP_ROW_LOOP(r, rows)                                                                 \
   for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < (rows);                     \
        r += int64_t(gridDim.x) * blockDim.y)
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     rms_rope_fwd_kernel(T* y, float* rstd, const T* x, const T* w, RmsNormWeight mode, const T* cos,
                         const T* sin, RopeRows sh, float eps) {
   const int lane = int(threadIdx.x);
@@ -296,7 +296,7 @@ __device__ __forceinline__ float gain_at(const float w, RmsNormWeight mode) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     rms_rope_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* rstd,
                         RmsNormWeight mode, const T* cos, const T* sin, RopeRows sh) {
   const int lane = int(threadIdx.x);
@@ -333,10 +333,10 @@ __global__ void __launch_bounds__(kThreads)
 #undef VLM_WARP_ROW_LOOP
 
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     gated_fwd_kernel(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
                      int64_t dim, float eps) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const int64_t off = row.off;
@@ -370,10 +370,10 @@ __device__ __forceinline__ void load_gated_packs(float (&xv)[V], float (&zv)[V],
 }
 
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     gated_bwd_kernel(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* w,
                      const float* rstd, int64_t rows, int64_t dim) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const int64_t off = row.off;
@@ -413,10 +413,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     ln_fwd_kernel(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
                   int64_t dim, float eps) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const int64_t off = row.off;
@@ -462,10 +462,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int WPR, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNormThreads)
     ln_bwd_kernel(T* dx, const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
                   int64_t rows, int64_t dim) {
-  __shared__ float smem[kThreads / 32];
+  __shared__ float smem[kNormThreads / 32];
   VLM_ROW_LOOP(rows) {
     const RowSlot row(base, rows, dim);
     const int64_t off = row.off;
@@ -626,7 +626,7 @@ void launch_rows(const char* op, int64_t rows, int64_t dim, std::initializer_lis
                  void* stream, Pick pick, Args... args) {
   const int vec = vec_width<T>(dim, ptrs);
   const int wpr = warps_per_row(dim);
-  const int rows_per_block = kThreads / (32 * wpr);
+  const int rows_per_block = kNormThreads / (32 * wpr);
   const dim3 block(unsigned(32 * wpr), unsigned(rows_per_block));
   const unsigned grid = grid_blocks(rows, rows_per_block);
   constexpr int VV = int(16 / sizeof(T));
@@ -703,9 +703,9 @@ void rms_norm_rope_fwd(T* y, float* rstd, const T* x, const T* w, RmsNormWeight 
                        const T* sin, const RopeShape& shape, double eps, void* stream) {
   const RopeRows sh = rope_rows(shape);
   if (sh.rows == 0) return;
-  const dim3 block(32u, unsigned(kThreads / 32));
+  const dim3 block(32u, unsigned(kNormThreads / 32));
   rms_rope_fwd_kernel<cuda_t<T>>
-      <<<grid_blocks(sh.rows, kThreads / 32), block, 0, as_stream(stream)>>>(
+      <<<grid_blocks(sh.rows, kNormThreads / 32), block, 0, as_stream(stream)>>>(
           dptr(y), rstd, dptr(x), dptr(w), mode, dptr(cos), dptr(sin), sh, float(eps));
   check_last_launch("rms_norm_rope_fwd");
 }
@@ -716,9 +716,9 @@ void rms_norm_rope_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const 
                        void* stream) {
   const RopeRows sh = rope_rows(shape);
   if (dx && sh.rows > 0) {
-    const dim3 block(32u, unsigned(kThreads / 32));
+    const dim3 block(32u, unsigned(kNormThreads / 32));
     rms_rope_bwd_kernel<cuda_t<T>>
-        <<<grid_blocks(sh.rows, kThreads / 32), block, 0, as_stream(stream)>>>(
+        <<<grid_blocks(sh.rows, kNormThreads / 32), block, 0, as_stream(stream)>>>(
             dptr(dx), dptr(dy), dptr(x), dptr(w), rstd, mode, dptr(cos), dptr(sin), sh);
     check_last_launch("rms_norm_rope_bwd");
   }

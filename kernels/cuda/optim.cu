@@ -17,7 +17,7 @@ namespace {
 
 using namespace ldst;
 
-constexpr int kThreads = 256;
+constexpr int kOptimThreads = 256;
 constexpr int64_t kMultiChunk = 32768; // elements per block task of the multi-tensor kernel
 
 struct AdamWScalars {
@@ -58,7 +58,7 @@ __device__ __forceinline__ void adamw_element(T* param, float* master, const G* 
 }
 
 template <typename T, typename G>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimThreads)
     adamw_kernel(T* param, float* master, const G* grad, float* exp_avg, float* exp_avg_sq,
                  int64_t n, AdamWScalars a) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -78,7 +78,7 @@ struct MultiDesc {
 };
 
 template <typename T, typename G>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimThreads)
     adamw_multi_kernel(const MultiDesc* descs, int64_t count, int64_t tasks, const double* skip) {
   if (skip && *skip != 0.0) return; // a non-finite step: nothing changes
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
@@ -166,9 +166,9 @@ __device__ __forceinline__ double chunk_squares(const T* x, int64_t begin, int64
   return s;
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimThreads)
     multi_squares_kernel(const __grid_constant__ SpanTable t, double* partials) {
-  __shared__ double smem[kThreads];
+  __shared__ double smem[kOptimThreads];
   const int64_t tasks = t.first_task[t.count];
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
     const int64_t k = span_of(t, task);
@@ -220,7 +220,7 @@ __device__ __forceinline__ void chunk_scale(T* x, int64_t begin, int64_t end, fl
   for (i += threadIdx.x; i < end; i += blockDim.x) st(x + i, __fmaf_rn(c, ld(x + i), 0.0f));
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimThreads)
     multi_scale_kernel(const __grid_constant__ SpanTable t, const double* coef_device,
                        double coef_host) {
   double coef = coef_host;
@@ -300,8 +300,9 @@ void adamw_step(T* param, S* master, const G* grad, S* exp_avg, S* exp_avg_sq, i
                 const AdamWStepArgs& args, void* stream) {
   static_assert(sizeof(S) == 4, "the CUDA AdamW keeps fp32 state");
   if (n == 0) return;
-  adamw_kernel<cuda_t<T>, cuda_t<G>><<<grid_blocks(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-      dptr(param), master, dptr(grad), exp_avg, exp_avg_sq, n, scalars(args));
+  adamw_kernel<cuda_t<T>, cuda_t<G>>
+      <<<grid_blocks(n, kOptimThreads), kOptimThreads, 0, as_stream(stream)>>>(
+          dptr(param), master, dptr(grad), exp_avg, exp_avg_sq, n, scalars(args));
   check_last_launch("adamw_step");
 }
 
@@ -328,7 +329,7 @@ void adamw_multi_step(const AdamWTensor* tensors, int64_t count, const double* s
   auto* d_descs = static_cast<MultiDesc*>(malloc_async(bytes, s));
   memcpy_h2d(d_descs, descs, bytes, s); // from pinned staging: asynchronous, counted
   adamw_multi_kernel<cuda_t<T>, cuda_t<G>>
-      <<<grid_blocks(tasks, 1), kThreads, 0, s>>>(d_descs, used, tasks, skip);
+      <<<grid_blocks(tasks, 1), kOptimThreads, 0, s>>>(d_descs, used, tasks, skip);
   check_last_launch("adamw_multi_step");
   free_async(d_descs, s);
 }
@@ -345,7 +346,7 @@ void multi_sum_squares(double* out, double* partials, const GradSpan* tensors, i
   cudaStream_t s = as_stream(stream);
   int64_t total = 0;
   for_each_table(tensors, count, [&](const SpanTable& t, int64_t base) {
-    multi_squares_kernel<<<multi_blocks(t), kThreads, 0, s>>>(t, partials + base);
+    multi_squares_kernel<<<multi_blocks(t), kOptimThreads, 0, s>>>(t, partials + base);
     check_last_launch("grad_norm (multi-tensor sum of squares)");
     total = base + t.first_task[t.count];
   });
@@ -358,7 +359,7 @@ void multi_scale(const GradSpan* tensors, int64_t count, const double* coef_devi
                  double coef_host, void* stream) {
   cudaStream_t s = as_stream(stream);
   for_each_table(tensors, count, [&](const SpanTable& t, int64_t) {
-    multi_scale_kernel<<<multi_blocks(t), kThreads, 0, s>>>(t, coef_device, coef_host);
+    multi_scale_kernel<<<multi_blocks(t), kOptimThreads, 0, s>>>(t, coef_device, coef_host);
     check_last_launch("clip (multi-tensor scale)");
   });
 }

@@ -14,14 +14,14 @@ namespace {
 
 using namespace ldst;
 
-constexpr int kThreads = 256;
+constexpr int kRopeThreads = 256;
 
 struct InvFreq {
   float v[kMaxRotaryDim / 2];
 };
 
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRopeThreads)
     cos_sin_kernel(T* cos, T* sin, const I* positions, int64_t tokens, int64_t half,
                    InvFreq inv_freq) {
   const int64_t n = tokens * half;
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, bool kInverse>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRopeThreads)
     rotate_kernel(T* out, const T* in, const T* cos, const T* sin, int64_t tokens, int64_t heads,
                   int64_t head_dim, int64_t rotary_dim) {
   const int64_t n = tokens * heads * head_dim, half = rotary_dim / 2;
@@ -72,8 +72,10 @@ void rotate(T* out, const T* in, const T* cos, const T* sin, const RopeShape& sh
   check_shape<T>(sh, op);
   const int64_t n = sh.tokens * sh.heads * sh.head_dim;
   if (n == 0) return;
-  rotate_kernel<cuda_t<T>, kInverse><<<grid_blocks(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-      dptr(out), dptr(in), dptr(cos), dptr(sin), sh.tokens, sh.heads, sh.head_dim, sh.rotary_dim);
+  rotate_kernel<cuda_t<T>, kInverse>
+      <<<grid_blocks(n, kRopeThreads), kRopeThreads, 0, as_stream(stream)>>>(
+          dptr(out), dptr(in), dptr(cos), dptr(sin), sh.tokens, sh.heads, sh.head_dim,
+          sh.rotary_dim);
   check_last_launch(op);
 }
 
@@ -92,8 +94,9 @@ void rope_cos_sin(T* cos, T* sin, const I* positions, int64_t tokens, int64_t ro
     inv_freq.v[i] = 1.f / std::pow(float(theta), float(2 * i) / float(rotary_dim));
   const int64_t n = tokens * half;
   if (n == 0) return;
-  cos_sin_kernel<cuda_t<T>, I><<<grid_blocks(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-      dptr(cos), dptr(sin), positions, tokens, half, inv_freq);
+  cos_sin_kernel<cuda_t<T>, I>
+      <<<grid_blocks(n, kRopeThreads), kRopeThreads, 0, as_stream(stream)>>>(
+          dptr(cos), dptr(sin), positions, tokens, half, inv_freq);
   check_last_launch("rope_cos_sin");
 }
 

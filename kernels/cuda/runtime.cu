@@ -7,12 +7,13 @@
 #include <string>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "src/base/env.h"
 
 namespace vlm::kernels::cuda {
 namespace {
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+using dev::as_stream;
 
 // The result of the first cudaGetDeviceCount, kept so later calls (and device_query) agree and
 // a machine without a driver does not retry initialization on every call.

@@ -1,10 +1,11 @@
 // Created streams, cross-stream waits and graph capture (declared in kernels/gpu_runtime.h).
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/gpu_runtime.h"
 
 namespace vlm::kernels::cuda {
 namespace {
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+using dev::as_stream;
 } // namespace
 
 void* stream_create() {

@@ -151,6 +151,10 @@ const char* grad_reduce_name(GradReduce g);
     "activation checkpointing per block (decoder layer); selective keeps matmul outputs (= sac)")  \
   X(int64_t, loss_vocab_chunk, 0, at_least(0),                                                     \
     "0: LM head logits then the loss; N: head + loss fused over N-row vocab chunks (less memory)") \
+  X(bool, deterministic_attention, false, any(),                                                   \
+    "CUDA: cuDNN attention's deterministic backward (bitwise repeatable; workspace ~B*H*S^2*4 B)") \
+  X(double, attention_workspace_gb, 4.0, at_least(0.001),                                          \
+    "CUDA: most workspace per attention call; deterministic plans over it run non-deterministic")  \
   X(bool, random_init, false, any(),                                                               \
     "start from the HF random init, not the weights in model_dir (always true with a preset)")     \
   X(int64_t, eval_steps, 0, at_least(0),                                                           \

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "kernels/attention_cudnn.h"
 #include "kernels/optim.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
@@ -101,6 +102,12 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
       schedule_(lr_schedule_config(config)) {
   const TrainingOptions& t = config.training;
   loss_.vocab_chunk = t.loss_vocab_chunk;
+  // The CUDA attention's backward algorithm and workspace bound (process-wide, as the kernels
+  // are; kernels/attention_cudnn.h).
+  kernels::cudnn_attention::Settings attention = kernels::cudnn_attention::settings();
+  attention.deterministic = t.deterministic_attention;
+  attention.workspace_limit = int64_t(t.attention_workspace_gb * double(int64_t(1) << 30));
+  kernels::cudnn_attention::set_settings(attention);
   if (parallel_.tp && parallel_.tp->vocab_parallel_head())
     loss_.vocab_group = &parallel_.tp->group();
   apply_freezing(config, *model_);

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "io/image/processor_config.h"
+#include "kernels/attention_cudnn.h"
 #include "io/loader/loader.h"
 #include "io/state/hdf5_state.h"
 #include "io/text/tokenizer.h"
@@ -237,6 +238,13 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   const TrainingOptions& t = c.training;
   start_seconds_ = now_seconds();
   check_device_available(device_, "config: training.device");
+  // Every communicator the mesh needs, now and watched, not inside the first step's collectives.
+  if (device_.is_cuda()) mesh_->connect(device_);
+  // The first step builds and checks every cuDNN attention plan of the text model's rows level
+  // (kernels/attention_cudnn.h): no later step stalls on one.
+  kernels::cudnn_attention::Settings attention = kernels::cudnn_attention::settings();
+  attention.build_whole_set = true;
+  kernels::cudnn_attention::set_settings(attention);
 
   data_ = std::make_unique<Data>(Data{io::Tokenizer::from_file(c.model.tokenizer), {}, {}});
   data_->dp_rank = mesh_->dp_rank();

@@ -112,7 +112,7 @@ TEST_CASE("hf weights: export round trip gives bit-identical logits (f32, untied
   }
 }
 
-TEST_CASE("hf weights: bf16 export of a bf16 model reloads bit-identically; f32 -> bf16 rounds") {
+TEST_CASE("hf weights: bf16 export of a bf16 model reloads bit-identically, f32 -> bf16 rounds") {
   testing::TempDir tmp("hf_bf16");
   Qwen3Config c = Qwen3Config::load(snapshot("untied"));
   Qwen3ForCausalLM a(c, DType::bf16);

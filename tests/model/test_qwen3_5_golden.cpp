@@ -36,7 +36,7 @@ TEST_CASE("qwen3_5 golden: dump on a packed row of image and text documents matc
   }
 }
 
-TEST_CASE("qwen3_5 golden: a row with no image runs the text path; vision gradients are zero") {
+TEST_CASE("qwen3_5 golden: a row with no image runs the text path, vision gradients are zero") {
   for (const char* variant : {"hybrid", "tied"}) {
     INFO(variant);
     check_f32(run_case(qwen3_5(), variant, "text"), qwen3_5(), variant, "text");

@@ -204,7 +204,7 @@ TEST_CASE("qwen3 model: a packed row equals its documents run separately") {
   }
 }
 
-TEST_CASE("qwen3 model: loss reductions; nothing to predict gives 0 and zero gradients") {
+TEST_CASE("qwen3 model: loss reductions, nothing to predict gives 0 and zero gradients") {
   Qwen3Config c = tiny_qwen3_config(true);
   Qwen3ForCausalLM m(c);
   Rng rng(3);

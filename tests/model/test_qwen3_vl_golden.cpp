@@ -46,7 +46,7 @@ TEST_CASE("qwen3_vl golden: dump on a packed row of image and text documents mat
   }
 }
 
-TEST_CASE("qwen3_vl golden: a row with no image runs the text path; vision gradients are zero") {
+TEST_CASE("qwen3_vl golden: a row with no image runs the text path, vision gradients are zero") {
   for (const char* variant : {"untied", "tied"}) {
     INFO(variant);
     // Every vision parameter has a (zero) gradient: the same set every step.

@@ -99,7 +99,7 @@ Tensor flag(double v) { return Tensor::from_vector(std::vector<double>{v}, {1});
 
 } // namespace
 
-TEST_CASE("adamw skip: a nonzero flag changes nothing; undo_step returns the step counts; the "
+TEST_CASE("adamw skip: a nonzero flag changes nothing, undo_step returns the step counts, the "
           "next step equals a run without the skipped one",
           "[optim]") {
   Setup a = make_setup(), b = make_setup();
@@ -133,7 +133,7 @@ TEST_CASE("adamw skip: a nonzero flag changes nothing; undo_step returns the ste
   CHECK(a.opt->state("idle").step == 0);
 }
 
-TEST_CASE("adamw skip: NaN and Inf flags skip too; the flag must be one f64 value", "[optim]") {
+TEST_CASE("adamw skip: NaN and Inf flags skip too, the flag must be one f64 value", "[optim]") {
   for (double v : {std::numeric_limits<double>::quiet_NaN(), double(INFINITY), -1.0}) {
     Setup a = make_setup();
     set_grads(a, 0);

@@ -118,7 +118,7 @@ TEST_CASE("gpu step guard: the coefficient and skip flag of the CPU guard, bit f
   }
 }
 
-TEST_CASE("gpu adamw skip: a device flag skips the multi-tensor update; zero updates as the CPU",
+TEST_CASE("gpu adamw skip: a device flag skips the multi-tensor update, zero updates as the CPU",
           "[gpu]") {
   require_device();
   Params p = make_params(7);

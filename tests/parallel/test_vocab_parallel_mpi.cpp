@@ -158,7 +158,7 @@ TEST_CASE("vocab parallel: an all-ignored batch gives loss 0 and zero gradients"
         check_ce(*tp, dtype, reduction, 3, true);
 }
 
-TEST_CASE("vocab parallel: embedding equals the full lookup; the shard gets its rows' gradient",
+TEST_CASE("vocab parallel: embedding equals the full lookup, the shard gets its rows' gradient",
           "[tp]") {
   for (auto& tp : tp_groups())
     for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
@@ -226,7 +226,7 @@ TEST_CASE("vocab parallel: tied embedding and LM head accumulate both gradients 
     }
 }
 
-TEST_CASE("vocab parallel: bf16 forward tracks one process; an f32 .grad takes the fp32 gradient",
+TEST_CASE("vocab parallel: bf16 forward tracks one process, an f32 .grad takes the fp32 gradient",
           "[tp]") {
   for (auto& tp : tp_groups()) {
     const Problem p = make_problem(DType::bf16, 17);

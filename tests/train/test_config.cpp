@@ -456,6 +456,8 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   t.grad_dtype = DType::bf16;
   t.ac_mode = AcMode::selective;
   t.loss_vocab_chunk = 4096;
+  t.deterministic_attention = true;
+  t.attention_workspace_gb = 0.75;
   t.random_init = true;
   t.eval_steps = 50;
   t.eval_batches = 0;

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# The GPU check, in ONE command of the device tool (at most 10 minutes; about 9.5 used, so a rerun
-# fits the session): one build of what it runs, the `gpu` tests without and then with VLM_SYNC=1,
-# the kernel and step benchmarks, and every log packed into one tarball next to summary.md.
+# The GPU check, in ONE command of the device tool (at most 10 minutes a command; the plan keeps
+# the run within 450 s, so a rerun fits the session's device time too): one build of what it runs,
+# the `gpu` tests without and then with VLM_SYNC=1, the kernel and step benchmarks, and every log
+# packed into one tarball next to summary.md.
 #
-# Here (where apt works), once:   bash tools/gpu/gpu_deps.sh download     (fills .gpu-deps/)
-#                                 bash tools/deps/fetch_cudnn_frontend.sh (fills .deps/, optional)
-#                                 bash tools/gpu/gpu_check.sh --dry-run   (the plan, no GPU)
+# Here (where apt and PyPI work), once:
+#   bash tools/gpu/gpu_check.sh --prepare   .gpu-deps/ (tools/gpu/gpu_deps.sh download), .deps/
+#                                           (tools/deps/fetch_cudnn_frontend.sh, required) and the
+#                                           newest CMake from PyPI in build-tools/cmake/
+#   bash tools/gpu/gpu_check.sh --dry-run   the plan, and the GPU call's configure step run here
+#                                           with the newest CMake (arch 90) into build-gpu-dryrun/
 # Then the device tool's call (both folders are gitignored, so they travel only when carried):
 #   run(command="bash tools/gpu/gpu_check.sh", carry=[".gpu-deps", ".deps"], timeout_s=600)
 # and read summary.md (also printed at the end of the output) and gpu_check_logs.tar.gz from $OUT.
+# Without .gpu-deps/*.deb or the cuDNN frontend headers in .deps/ the run refuses at once, naming
+# what is missing (the GPU machine has no package registry and no PyPI).
 #
-# Steps, each with a time budget (--dry-run prints them; they add up to at most 540 s). A step's
-# timeout is what is left of the whole budget (VLM_CHECK_BUDGET, default 570 s) after keeping the
+# Steps, each with a time budget (--dry-run prints them; they add up to at most 420 s). A step's
+# timeout is what is left of the whole budget (VLM_CHECK_BUDGET, default 450 s) after keeping the
 # planned seconds of the steps after it and a 30 s reserve: time a step saves goes to the next.
 #   machine      nvidia-smi; no visible GPU is a FAIL (stops before the build) unless --allow-no-gpu
 #   deps         the Debian packages carried in .gpu-deps/ unpacked into BUILD_DIR/deps (never /),
@@ -21,31 +27,41 @@
 #   build        -j$(nproc), only the targets it runs: the test binaries with `gpu` tests
 #                (test_<folder>_gpu for every tests/<folder>/**/*_gpu.cpp), vlmtrain,
 #                bench_gpu_ops and bench_gpu_step; then `vlmtrain device-query`
-#   ctest        ctest -L gpu (VLM_SYNC unset): asynchronous execution, graph capture
-#   ctest-sync   ctest -L gpu with VLM_SYNC=1: every launch synchronizes, faults at their op
+#   ctest        ctest -L gpu -j$(nproc) (VLM_SYNC unset): asynchronous execution, graph capture
+#   ctest-sync   the same with VLM_SYNC=1: every launch synchronizes, faults at their op
 #                Each ctest step FAILs when a test fails, or skips while a GPU is visible (a skip
 #                for a library not in this build, e.g. NCCL, is a WARN naming it).
 #   ops-bench    bench_gpu_ops: GEMM vs cuBLASLt, attention (and torch SDPA on the same shapes),
 #                RMSNorm vs a device copy
 #   step-bench   bench/bench_gpu_step.sh: a Qwen3-1.7B step (1 x 4096 tokens: fits 78 GiB) vs
-#                PyTorch eager AMP (WARN when the issue-5 targets are missed)
+#                PyTorch eager AMP (WARN when the issue-5 targets are missed); quick (STEPS=5
+#                WARMUP=2) unless the time left holds the full form (10 + 3 steps) with room
 #   pack         summary.md and gpu_check_logs.tar.gz (every log, both ctest junit files, the
 #                console output) into OUT_DIR: two files, within the device tool's 8
-# Exit status 0 only when nothing FAILed (2 for a usage error).
+# Exit status 0 only when nothing FAILed (2 for a usage error or a missing carried folder).
 #
-# Usage: tools/gpu/gpu_check.sh [--dry-run] [--build-dir DIR] [--log-dir DIR] [--out DIR] [--quick]
+# Usage: tools/gpu/gpu_check.sh [--prepare | --dry-run [--no-configure | --build-cuda]]
+#                           [--build-dir DIR] [--log-dir DIR] [--out DIR] [--quick]
 #                           [--allow-no-gpu] [--part all|tests|bench] [--memcheck]
-#   --dry-run      print the plan (steps, commands, time budgets) and check what can be checked
-#                  without a GPU (tools, carried packages, targets); builds and runs nothing
+#   --prepare      here, where apt and PyPI work: fill .gpu-deps/ and .deps/ (what the call
+#                  carries) and install the newest CMake from PyPI into build-tools/cmake/
+#   --dry-run      print the plan (steps, commands, time budgets), check what can be checked
+#                  without a GPU (tools, carried packages, targets), then run the GPU call's
+#                  configure step (same generator and options, arch 90) with the newest CMake from
+#                  PyPI (installed into build-tools/cmake/ when absent; no PyPI is a FAIL) into
+#                  build-gpu-dryrun/; exit 1 when the plan exceeds 420 s or a check fails
+#   --no-configure with --dry-run: the plan and the checks only (offline; the ctest)
+#   --build-cuda   with --dry-run: also compile vlm_kernels_cuda's .cu sources in that tree (CI,
+#                  .ci/run: the CUDA sources as the newest CMake builds them)
 #   --build-dir    default build-gpu/
 #   --log-dir      where the logs are written (default BUILD_DIR/gpu_check_logs, emptied first)
 #   --out          where summary.md and gpu_check_logs.tar.gz go (default $OUT, else BUILD_DIR)
-#   --quick        fewer benchmark repetitions and steps
+#   --quick        fewer bench_gpu_ops repetitions; the step benchmark's quick form always
 #   --part         tests: the ctest steps only; bench: the benchmarks only; all (default)
 #   --memcheck     also compute-sanitizer memcheck on one small attention test (not in the
 #                  budget: 60 s more; WARN when the tool refuses the device)
 # Environment: VLM_BUILD_JOBS (default: nproc), VLM_CUDA_ARCH (default: the GPU's, else 90),
-# VLM_CHECK_BUDGET (seconds for the whole run, default 570). Never reads stdin.
+# VLM_CHECK_BUDGET (seconds for the whole run, default 450). Never reads stdin.
 set -uo pipefail
 exec </dev/null
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -56,6 +72,9 @@ quick=""
 part=all
 allow_no_gpu=0
 dry_run=0
+prepare=0
+dry_configure=1
+dry_build_cuda=0
 memcheck=0
 usage() {
   sed -n '/^# Usage:/,/^# VLM_CHECK_BUDGET/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -76,25 +95,58 @@ while (($#)); do
   --quick) quick="--quick" ;;
   --allow-no-gpu) allow_no_gpu=1 ;;
   --dry-run) dry_run=1 ;;
+  --prepare) prepare=1 ;;
+  --no-configure) dry_configure=0 ;;
+  --build-cuda) dry_build_cuda=1 ;;
   --memcheck) memcheck=1 ;;
   *) usage ;;
   esac
   shift
 done
+# --no-configure and --build-cuda belong to --dry-run, and exclude each other.
+if ((dry_run && prepare)) || ((!dry_run && (!dry_configure || dry_build_cuda))) ||
+  ((!dry_configure && dry_build_cuda)); then
+  usage
+fi
 [[ $part == all || $part == tests || $part == bench ]] || {
   echo "--part: expected all, tests or bench, got '$part'" >&2
   exit 2
 }
 
 # --- the plan ---------------------------------------------------------------------------------
-# Seconds per step. A fresh H100/H200 machine builds the targets in about 2 minutes at -j16 (the
-# slowest objects, the attention kernels, take ~20 s each on one core); the gpu tests take most of
-# their time in the CPU references (golden dumps, the 30-step demo runs, FSDP on the CPU).
+# Seconds per step, each from its work: measured on a 2-core x86-64 CI-like machine (no GPU),
+# scaled to the device tool's 16 cores at the same speed per core, then >= 30% added. GPU-side
+# times cannot be measured without a GPU: those rows say what they assume for an H100.
+#   step        here                        scaled (16 cores, H100)                      budget
+#   machine     -                           nvidia-smi twice, ~3 s                         10
+#   deps        1.1 s (dpkg -x of 22 .debs) ~2 s (x2 for slower container I/O)              5
+#   configure   6-10 s, cmake 4.4.5, sm_90  ~12 s (one core's work; x1.5 for spawn cost)    20
+#   build       583 s of jobs at -j1; the   ~100 s: -j16 simulated from the -j1 log and   140
+#               cuDNN frontend object       the build graph = 98 s, the critical path (that
+#               (kernels/cuda/attention_    one object, its archive, a link); the rest of
+#               cudnn.cpp) alone 97 s       the jobs would fit in ~45 s
+#   ctest       117 tests (ctest -L gpu     ~33 s: 117 processes x ~2.5 s (CUDA, cuBLASLt,   60
+#               -N), 0.19 CPU-s each when   cuDNN start and the test) / 16 = 18 s, + the
+#               skipping; CPU references:   longest test (the demos: ~15 s) started last
+#               the demo configs' 30-step
+#               CPU runs 4.1 s + 0.7 s at
+#               one thread, the rest < 2 s
+#   ctest-sync  as ctest                    ~43 s: every launch synchronizes (+30%)          65
+#   ops-bench   0.1 s to start              ~30 s: torch import ~10 s, the GEMMs, attention  40
+#                                           at 4k/8k and torch SDPA, a few s of GPU each
+#   step-bench  host init of the 1.7B       ~50 s quick (5 + 2 steps a side): ours ~27 s     65
+#               shapes: 21 s for 361M       (the embedding's 311M values are one host
+#               values on one thread        thread's draw, ~18 s; CUDA start; 7 steps of
+#               (--layers 1)                ~0.3 s), torch amp ~20 s (import, init on GPU)
+#   pack        -                           tar of the logs, ~1 s                             5
+#   total                                                                                  410
+# The whole run is held to 450 s (the steps and a 30 s reserve): a rerun fits the session's
+# 15 minutes of device time too. The first real run's summary.md gives the times to revise these.
 steps=(machine deps configure build ctest ctest-sync ops-bench step-bench pack)
-declare -A plan=([machine]=10 [deps]=10 [configure]=30 [build]=150 [ctest]=105 [ctest-sync]=125
-  [ops-bench]=40 [step-bench]=60 [pack]=10)
-steps_limit=540 # the plan's ceiling (tests/CMakeLists.txt checks the dry run against it)
-budget=${VLM_CHECK_BUDGET:-570}
+declare -A plan=([machine]=10 [deps]=5 [configure]=20 [build]=140 [ctest]=60 [ctest-sync]=65
+  [ops-bench]=40 [step-bench]=65 [pack]=5)
+steps_limit=420 # the plan's ceiling (tests/CMakeLists.txt checks the dry run against it)
+budget=${VLM_CHECK_BUDGET:-450}
 reserve=30 # nvidia-smi queries, ldd, summary: outside the steps
 if [[ $part == tests ]]; then
   plan[ops-bench]=0 plan[step-bench]=0
@@ -105,14 +157,29 @@ step_cmd() {
   case "$1" in
   machine) echo "nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap" ;;
   deps) echo "tools/gpu/gpu_deps.sh install .gpu-deps BUILD_DIR/deps; source BUILD_DIR/deps/env.sh" ;;
-  configure) echo "cmake -S . -B BUILD_DIR -G Ninja -DVLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=ARCH -DCMAKE_BUILD_TYPE=Release" ;;
-  build) echo "cmake --build BUILD_DIR -j JOBS --target ${targets[*]}" ;;
-  ctest) echo "ctest --test-dir BUILD_DIR -L gpu -j 4 (VLM_SYNC unset)" ;;
-  ctest-sync) echo "VLM_SYNC=1 ctest --test-dir BUILD_DIR -L gpu -j 4" ;;
+  configure)
+    configure_cmd cmake BUILD_DIR ARCH
+    echo "${cfg[*]}" | sed -e "s| -S $root | -S . |" -e 's| -DCMAKE_CUDA_COMPILER=[^ ]*||'
+    ;;
+  build) echo "cmake --build BUILD_DIR -j NPROC --target ${targets[*]}" ;;
+  ctest) echo "ctest --test-dir BUILD_DIR -L gpu -j NPROC (VLM_SYNC unset)" ;;
+  ctest-sync) echo "VLM_SYNC=1 ctest --test-dir BUILD_DIR -L gpu -j NPROC" ;;
   ops-bench) echo "BUILD_DIR/bench/bench_gpu_ops $quick" ;;
-  step-bench) echo "TORCH_RECIPES=amp bash bench/bench_gpu_step.sh BUILD_DIR" ;;
+  step-bench)
+    echo "TORCH_RECIPES=amp STEPS=5 WARMUP=2 bash bench/bench_gpu_step.sh BUILD_DIR" \
+      "(10 + 3 steps when the time left allows)"
+    ;;
   pack) echo "tar -czf OUT/gpu_check_logs.tar.gz LOG_DIR; cp LOG_DIR/summary.md OUT/" ;;
   esac
+}
+# configure_cmd <cmake> <build dir> <arch>: the configure step's command in cfg[], the same for
+# the GPU call and the dry run (Ninja where it is on PATH: on the GPU machine from .gpu-deps/).
+configure_cmd() {
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cfg=("$1" -S "$root" -B "$2" "${generator[@]}" -DVLM_CUDA=ON -DCMAKE_CUDA_COMPILER="${nvcc:-nvcc}"
+    -DCMAKE_CUDA_ARCHITECTURES="$3" -DCMAKE_BUILD_TYPE=Release -DVLM_SANITIZE=OFF
+    -DVLM_BUILD_TESTS=ON -DVLM_BUILD_BENCH=ON)
 }
 # later <step>: the planned seconds of the steps after <step>.
 later() {
@@ -208,6 +275,74 @@ check_prereqs() {
   command -v python3 >/dev/null || warn+=("python3 (the torch sides of the benchmarks)")
 }
 
+# The newest CMake from PyPI, for the dry run's configure (CMake 4 changed defaults that broke the
+# CUDA build once: kernels/cuda/CMakeLists.txt): pip's --target folder build-tools/cmake/
+# (gitignored as build*/; never carried: the GPU machine uses its own cmake).
+newest_cmake_dir=$root/build-tools/cmake
+newest_cmake=$newest_cmake_dir/cmake/data/bin/cmake
+# install_newest_cmake [--upgrade]: installs it when absent (always with --upgrade); 1, with pip's
+# words, when it cannot (no pip, no PyPI): never a silent fallback to another cmake.
+install_newest_cmake() {
+  if [[ ${1:-} != --upgrade && -x $newest_cmake ]] && "$newest_cmake" --version >/dev/null 2>&1; then
+    return 0
+  fi
+  local tmp=$newest_cmake_dir.new log
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  log=$tmp.log
+  echo "gpu_check: installing the newest CMake from PyPI into ${newest_cmake_dir#"$root"/}"
+  # --target: no venv needed, and Debian's pip (PEP 668) allows it.
+  if ! PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 timeout 300 python3 -m pip install \
+    --quiet --no-input --no-deps --only-binary=:all: --upgrade --target "$tmp" cmake >"$log" 2>&1 ||
+    ! "$tmp/cmake/data/bin/cmake" --version >/dev/null 2>>"$log"; then
+    echo "gpu_check: FAILED to install the newest CMake from PyPI (python3 -m pip install --target" \
+      "${tmp#"$root"/} cmake): $(tail -4 "$log" | paste -sd ' ')" >&2
+    rm -rf "$tmp" "$log"
+    return 1
+  fi
+  rm -rf "$newest_cmake_dir" "$log"
+  mv "$tmp" "$newest_cmake_dir"
+}
+
+# --- --prepare ----------------------------------------------------------------------------------
+# Everything the GPU call carries, made here; loud about what fails.
+if ((prepare)); then
+  rc=0
+  echo "== .gpu-deps/: bash tools/gpu/gpu_deps.sh download"
+  bash "$root/tools/gpu/gpu_deps.sh" download || rc=1
+  echo "== .deps/cudnn_frontend: VLM_REQUIRE_CUDNN_FRONTEND=1 bash tools/deps/fetch_cudnn_frontend.sh"
+  VLM_REQUIRE_CUDNN_FRONTEND=1 bash "$root/tools/deps/fetch_cudnn_frontend.sh" || rc=1
+  echo "== ${newest_cmake_dir#"$root"/}: the newest CMake from PyPI (for --dry-run)"
+  if install_newest_cmake --upgrade; then
+    "$newest_cmake" --version | head -1
+  else
+    rc=1
+  fi
+  if ((rc)); then
+    echo "gpu_check --prepare: FAILED (above)"
+    exit 1
+  fi
+  echo "gpu_check --prepare: OK ($(du -sh "$root/.gpu-deps" | cut -f1) in .gpu-deps, $(du -sh \
+    "$root/.deps" | cut -f1) in .deps). Then: bash tools/gpu/gpu_check.sh --dry-run, and the call"
+  echo '  run(command="bash tools/gpu/gpu_check.sh", carry=[".gpu-deps", ".deps"], timeout_s=600)'
+  exit 0
+fi
+
+# --- the carried folders: the real run refuses at once without them -----------------------------
+if ((!dry_run)); then
+  carry_missing=()
+  compgen -G "$root/.gpu-deps/*.deb" >/dev/null ||
+    carry_missing+=("no .gpu-deps/*.deb (the Debian packages: OpenBLAS, Catch2, ninja, ...)")
+  bash "$root/tools/deps/fetch_cudnn_frontend.sh" --check >/dev/null 2>&1 ||
+    carry_missing+=("no .deps/cudnn_frontend headers (the pinned cuDNN frontend)")
+  if ((${#carry_missing[@]})); then
+    echo "gpu_check: REFUSED before any step: $(join "${carry_missing[@]}")."
+    echo "  Where apt and PyPI work, run: bash tools/gpu/gpu_check.sh --prepare"
+    echo '  then: run(command="bash tools/gpu/gpu_check.sh", carry=[".gpu-deps", ".deps"], timeout_s=600)'
+    exit 2
+  fi
+fi
+
 # --- --dry-run ----------------------------------------------------------------------------------
 if ((dry_run)); then
   echo "gpu_check --dry-run: build $build_dir, part $part, budget ${budget}s"
@@ -216,7 +351,7 @@ if ((dry_run)); then
   echo
   echo "checks (what can be checked without a GPU):"
   problems=0
-  note() { printf '  %-5s %s\n' "$1" "$2"; }
+  note() { printf '  %-5s %s\n' "$1" "${*:2}"; }
   # The test binaries exist as folders tests/CMakeLists.txt builds.
   for t in "${targets[@]}"; do
     [[ $t == test_*_gpu ]] || continue
@@ -246,14 +381,14 @@ if ((dry_run)); then
       note WARN ".gpu-deps/ is not gitignored: it would travel (and count) with every call"
     fi
   else
-    note WARN ".gpu-deps/ holds no packages: run 'bash tools/gpu/gpu_deps.sh download' here first
-        (the GPU machine has no OpenBLAS or Catch2 and no registry)"
+    note WARN ".gpu-deps/ holds no packages: the GPU call refuses to start without them
+        (bash tools/gpu/gpu_check.sh --prepare; the GPU machine has no package registry)"
   fi
-  if compgen -G "$root/.deps/cudnn_frontend/include/cudnn_frontend.h" >/dev/null; then
-    note ok ".deps/cudnn_frontend: the cuDNN frontend headers (carry .deps too)"
+  if bash "$root/tools/deps/fetch_cudnn_frontend.sh" --check >/dev/null 2>&1; then
+    note ok ".deps/cudnn_frontend: the pinned cuDNN frontend headers (carry .deps too)"
   else
-    note WARN ".deps/cudnn_frontend absent: the build goes without cuDNN attention
-        (bash tools/deps/fetch_cudnn_frontend.sh, then carry .deps)"
+    note WARN ".deps/cudnn_frontend lacks the pinned headers: the GPU call refuses to start
+        without them (bash tools/gpu/gpu_check.sh --prepare)"
   fi
   # The travelling tree: the device tool takes at most 64 MiB with the carried folders.
   if command -v git >/dev/null; then
@@ -270,6 +405,73 @@ if ((dry_run)); then
   check_prereqs "$root/.gpu-deps-unpacked-there"
   note info "here: cmake ${cv:-missing}, nvcc ${nvcc:-missing}$( ((${#missing[@]})) &&
     echo "; missing here: $(join "${missing[@]}")")"
+  # The GPU call's configure step, run here with the newest CMake, arch 90, into a throwaway tree.
+  if ((dry_configure)); then
+    dry_dir=$root/build-gpu-dryrun
+    if ! install_newest_cmake; then
+      note FAIL "configure did not run: the newest CMake could not be installed from PyPI (above)"
+      problems=1
+    elif [[ -z $nvcc ]]; then
+      note FAIL "configure did not run: no nvcc here (the CUDA toolkit)"
+      problems=1
+    else
+      ncv=$("$newest_cmake" --version | head -1 | awk '{print $3}')
+      rm -rf "$dry_dir"
+      mkdir -p "$dry_dir"
+      configure_cmd "$newest_cmake" "$dry_dir" 90
+      t0=$SECONDS
+      timeout 300 "${cfg[@]}" >"$dry_dir/configure.log" 2>&1
+      rc=$?
+      dt=$((SECONDS - t0))
+      if ((rc == 0)); then
+        note ok "configure ran and passed in $dt s (budget ${plan[configure]} s): cmake $ncv (newest" \
+          "on PyPI), $(command -v ninja >/dev/null && echo Ninja || echo make), sm_90 (${dry_dir#"$root"/})"
+        sed -nE 's/^-- vlmtrain: (cuDNN|NCCL)(.*)/        \1\2/p' "$dry_dir/configure.log"
+        ((dt <= plan[configure])) ||
+          note WARN "configure took $dt s here, over its budget of ${plan[configure]} s on the GPU machine"
+        nwarn=$(grep -cE '^CMake (Warning|Deprecation Warning)' "$dry_dir/configure.log")
+        ((nwarn == 0)) || note WARN "cmake $ncv: $nwarn warnings (${dry_dir#"$root"/}/configure.log)"
+      else
+        grep -A12 -E 'CMake Error' "$dry_dir/configure.log" | head -40
+        note FAIL "configure with cmake $ncv failed after $dt s$( ((rc == 124)) && echo ' (timed out)')" \
+          "(${dry_dir#"$root"/}/configure.log)"
+        problems=1
+      fi
+      # CI (.ci/run): the CUDA sources compiled as the newest CMake builds them, so that a CMake
+      # release that changes how .cu files are built (unity batches, flags) breaks CI, not the GPU
+      # call. Only vlm_kernels_cuda's .cu objects (whatever their batching): its one C++ object,
+      # the cuDNN frontend's (97 s of one core), is CI's main build's already.
+      if ((rc == 0 && dry_build_cuda)); then
+        jobs=${VLM_BUILD_JOBS:-$(nproc)}
+        build_what=(--target vlm_kernels_cuda)
+        if [[ -f $dry_dir/build.ninja ]]; then
+          mapfile -t cu_objs < <(ninja -C "$dry_dir" -t targets all |
+            grep -oE '^kernels/cuda/CMakeFiles/vlm_kernels_cuda\.dir/[^:]*\.cu\.o')
+          build_what=(-- "${cu_objs[@]}")
+        fi
+        t0=$SECONDS
+        if [[ ${build_what[0]} == -- && ${#build_what[@]} -lt 2 ]]; then
+          rc=1
+          echo "no .cu objects of vlm_kernels_cuda in ${dry_dir#"$root"/}/build.ninja" \
+            >"$dry_dir/build_cuda.log"
+        else
+          timeout 1500 "$newest_cmake" --build "$dry_dir" -j "$jobs" "${build_what[@]}" \
+            >"$dry_dir/build_cuda.log" 2>&1
+          rc=$?
+        fi
+        what=vlm_kernels_cuda
+        [[ ${build_what[0]} == -- ]] && what+="'s $((${#build_what[@]} - 1)) .cu objects"
+        if ((rc == 0)); then
+          note ok "$what compiled as cmake $ncv builds them in $((SECONDS - t0)) s (-j$jobs)"
+        else
+          grep -E -B2 -A12 'error|FAILED' "$dry_dir/build_cuda.log" | head -60
+          note FAIL "$what with cmake $ncv failed after $((SECONDS - t0)) s" \
+            "(${dry_dir#"$root"/}/build_cuda.log)"
+          problems=1
+        fi
+      fi
+    fi
+  fi
   ((plan_ok == 0)) || {
     echo "gpu_check --dry-run: the plan exceeds $steps_limit s"
     exit 1
@@ -374,13 +576,10 @@ main() {
     record build SKIP 0 "prerequisites missing"
     return
   fi
-  local generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
   t0=$SECONDS
   # Release, sm_$arch only, no sanitizer build; cuDNN/NCCL AUTO (kernels/cuda/CMakeLists.txt).
-  timeout "$(timeout_for configure)" cmake -S "$root" -B "$build_dir" "${generator[@]}" -DVLM_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_BUILD_TYPE=Release \
-    -DVLM_SANITIZE=OFF -DVLM_BUILD_TESTS=ON -DVLM_BUILD_BENCH=ON >"$log_dir/configure.log" 2>&1
+  configure_cmd cmake "$build_dir" "$arch"
+  timeout "$(timeout_for configure)" "${cfg[@]}" >"$log_dir/configure.log" 2>&1
   rc=$?
   grep -E '^-- vlmtrain: ' "$log_dir/configure.log"
   if ((rc != 0)); then
@@ -389,7 +588,7 @@ main() {
     record build SKIP 0 "not configured"
     return
   fi
-  record configure PASS $((SECONDS - t0)) "sm_$arch, ${generator[*]:-make}"
+  record configure PASS $((SECONDS - t0)) "sm_$arch, $(command -v ninja >/dev/null && echo Ninja || echo make)"
   local libs
   libs=$(sed -nE 's/^-- vlmtrain: (cuDNN|NCCL|cuDNN frontend)(.*)/\1\2/p' "$log_dir/configure.log" |
     paste -sd ';' | sed 's/;/; /g')
@@ -452,16 +651,17 @@ run_ctest() {
     return
   fi
   t0=$SECONDS
-  # Four tests at a time on the one GPU; their CPU reference runs share the cores.
-  local par=4 threads limit
-  threads=$(($(nproc) / par))
-  ((threads < 1)) && threads=1
+  # As many tests at a time as cores, all on the one GPU: most of a test's time is its process's
+  # CUDA/cuDNN start and small launches, and the CPU references (the demo runs, ~4 s at one
+  # thread) take one thread each.
+  local par threads=1 limit
+  par=$(nproc)
   limit=$(timeout_for "$step")
   local env_sync=(env -u VLM_SYNC)
   ((sync)) && env_sync=(env VLM_SYNC=1)
   echo "== $name (at most ${limit}s) =="
   "${env_sync[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}" timeout "$limit" \
-    ctest --test-dir "$build_dir" -L gpu --output-on-failure -j $par --timeout "$limit" \
+    ctest --test-dir "$build_dir" -L gpu --output-on-failure -j "$par" --timeout "$limit" \
     --output-junit "$xml" >"$log" 2>&1
   rc=$?
   local total skipped failing note
@@ -553,9 +753,10 @@ step_bench() {
   t0=$SECONDS
   limit=$(timeout_for step-bench)
   echo "== bench_gpu_step.sh (at most ${limit}s) =="
-  # The torch amp recipe only (the issue's baseline); --quick: fewer steps.
-  local env_args=(TORCH_RECIPES=amp)
-  [[ -n $quick ]] && env_args+=(STEPS=5 WARMUP=2)
+  # The torch amp recipe only (the issue's baseline), in the quick form (5 + 2 steps a side) unless
+  # the time left holds the full one (10 + 3: ~4 s more) with 30 s to spare.
+  local env_args=(TORCH_RECIPES=amp STEPS=5 WARMUP=2)
+  ((limit >= plan[step-bench] + 30)) && [[ -z $quick ]] && env_args=(TORCH_RECIPES=amp)
   env "${env_args[@]}" timeout "$limit" bash "$root/bench/bench_gpu_step.sh" "$build_dir" 2>&1 |
     tee "$log_dir/bench_gpu_step.log"
   rc=${PIPESTATUS[0]}

@@ -18,8 +18,9 @@
 # two stay far below the tool's 64 MiB with the tree (`tools/gpu/gpu_check.sh --dry-run` adds
 # them up). The call:
 #   run(command="bash tools/gpu/gpu_check.sh", carry=[".gpu-deps", ".deps"], timeout_s=600)
-# tools/gpu/gpu_check.sh runs `install .gpu-deps BUILD_DIR/deps` itself when .gpu-deps/ holds .deb
-# files (BUILD_DIR is build-gpu/, gitignored). MPI and HDF5 are left out: without MPI the build
+# `tools/gpu/gpu_check.sh --prepare` runs the download (and fetches .deps/); tools/gpu/gpu_check.sh
+# runs `install .gpu-deps BUILD_DIR/deps` itself (BUILD_DIR is build-gpu/, gitignored), and refuses
+# to start when .gpu-deps/ holds no .deb files. MPI and HDF5 are left out: without MPI the build
 # uses parallel/mpi.h's one-rank stand-in (every GPU test runs on one rank), and without HDF5 the
 # checkpoints are safetensors (the GPU tests pick that format then).
 set -euo pipefail

@@ -23,43 +23,60 @@ struct AttentionProbe {
   std::string unsupported;
 };
 
-// The backend for one configuration, decided once per check_key and process: choose_backend,
-// then for cuDNN the self-check (gpu_kernel_passes, VLM_GPU_SELF_CHECK) with `probe`. An own-kernel
-// outcome is said in one line through `log`. Throws vlm::Error when `request` is cudnn and cuDNN
-// cannot run (unsupported or its self-check fails), and in strict mode on a mismatch.
+// The backend for one plan key (a configuration and a size class), decided once per key and
+// process: choose_backend, then for cuDNN the key's self-check (gpu_kernel_passes,
+// VLM_GPU_SELF_CHECK) with `probe`. An own-kernel outcome is said in one line through `log`.
+// Throws vlm::Error when `request` is cudnn and cuDNN cannot run (unsupported or its self-check
+// fails), and in strict mode on a mismatch.
 cudnn_attention::Backend
 decide_attention_backend(const cudnn_attention::Capability& cap,
                          const kernels::AttentionShape& shape, DType dtype,
-                         cudnn_attention::Request request, bool deterministic,
+                         cudnn_attention::Request request, const cudnn_attention::PlanKey& key,
                          const std::function<AttentionProbe()>& probe,
                          const std::function<void(const std::string&)>& log);
+// "cudnn attention 9.19.0 sm90 B8 S256 T1280 Hq16 Hkv8 D128 causal nondet scale=0.0883883": the
+// self-check's key (library version and plan key).
+std::string check_name(const cudnn_attention::Capability& cap, const cudnn_attention::PlanKey& key);
 
 // The self-check's bound on cuDNN's error against the own reference on bf16 inputs: relative L2
 // error of O, dQ, dK and dV, and |ΔLSE| / max(1, |LSE|) per row.
 constexpr double kAttentionSelfCheckTolerance = 3e-2;
 
-// Runs the small self-check problem for `shape`'s configuration on the current CUDA device
-// (documents of 1, 17, 64, 127, 128, 300 tokens, an empty one, and one of 192 tokens whose scores
-// are all near -100, the row-LSE < -88.7 case that broke a cuDNN backward), cuDNN against
-// kernels::cuda::attention_ref_*; outputs NaN-poisoned first, inputs' spare rows zero; with
-// `deterministic`, the backward twice, bitwise equal.
-AttentionProbe probe_cudnn_attention(const kernels::AttentionShape& shape, bool deterministic,
+// Runs the self-check problem of one plan key on the current CUDA device: the cheapest problem of
+// its size class (size_class_lengths: the longest document just past the level below, an empty
+// one, lengths 1, 17, 127 and 192 where they fit; the last document's scores all near -100, the
+// row-LSE < -88.7 case that broke a cuDNN backward), cuDNN as the op runs it (outputs NaN-poisoned
+// first, spare rows zeroed between forward and backward) against kernels::cuda::attention_ref_*;
+// with `deterministic`, the backward twice, bitwise equal.
+AttentionProbe probe_cudnn_attention(const kernels::AttentionShape& shape,
+                                     const cudnn_attention::SizeClass& size, bool deterministic,
                                      Device device);
+
+// The plan key a problem of `size` runs with on `device` (determinism as requested, unless the
+// deterministic workspace is over the limit: then the non-deterministic key, said once), its plans
+// built and self-checked at the first call per key; nullopt: the own kernel runs it. With
+// settings().build_whole_set, the first call of a configuration builds and checks every size
+// class of its rows level (size_classes); a later rows level is said once, its plans built as
+// they come.
+std::optional<cudnn_attention::PlanKey> cudnn_plan_for(const kernels::AttentionShape& shape,
+                                                       const cudnn_attention::SizeClass& size,
+                                                       Device device);
 
 // The first `rows` rows of a contiguous tensor, as a view.
 Tensor first_rows(const Tensor& t, int64_t rows);
 
 // What the cuDNN forward leaves for its backward.
 struct CudnnAttentionSaved {
-  Tensor q, k, v;  // [T + kSpareRows, H, D] copies, spare rows zero
-  Tensor out, lse; // [T + kSpareRows, ...]; the op returns their first T rows
+  Tensor q, k, v;  // [T + spare_rows, H, D] copies, spare rows zero
+  Tensor out, lse; // [T + spare_rows, ...], spare rows zero; the op returns their first T rows
   Tensor ragged;   // the layout's device image (u8), shared with the batch's VarlenLayout
+  int64_t spare_rows = 0;
   cudnn_attention::PlanKey key;
 };
 
-// The forward through cuDNN when this configuration's backend is cuDNN and its plan builds;
-// nullopt: run the own kernel (said once per plan key). q, k, v: contiguous bf16 CUDA tensors;
-// varlen: the batch's layout (its cache keeps the ragged image: one upload per batch).
+// The forward through cuDNN when this problem's plan key runs on cuDNN; nullopt: run the own
+// kernel (said once per key). q, k, v: contiguous bf16 CUDA tensors; varlen: the batch's layout
+// (its cache keeps the ragged image: one upload per batch).
 std::optional<CudnnAttentionSaved> cudnn_attention_forward(const Tensor& q, const Tensor& k,
                                                            const Tensor& v,
                                                            const VarlenLayout& varlen,

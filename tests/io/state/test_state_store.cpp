@@ -27,7 +27,7 @@ io::Slab slab(const std::vector<double>& all, const Shape& shape, DType dtype,
 
 } // namespace
 
-TEST_CASE("memory state: boxes that tile a tensor assemble it; any box reads back") {
+TEST_CASE("memory state: boxes that tile a tensor assemble it, any box reads back") {
   for (DType dtype : {DType::f32, DType::bf16}) {
     INFO(dtype_name(dtype));
     io::MemoryState st;

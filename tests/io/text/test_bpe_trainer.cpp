@@ -232,7 +232,7 @@ TEST_CASE("bpe trainer: deterministic, independent of the order of the texts", "
   CHECK(train_byte_level_bpe(texts, 400, {"<|endoftext|>", "<|im_end|>"}) == a);
 }
 
-TEST_CASE("bpe trainer: special tokens in the texts are not learned; NFC before counting",
+TEST_CASE("bpe trainer: special tokens in the texts are not learned, NFC before counting",
           "[io][bpe]") {
   // "<|x|>" repeated would give merges like "<|" or "|>" if it were not split off.
   const json j = json::parse(train_byte_level_bpe(
