@@ -13,10 +13,10 @@
 #include <system_error>
 
 #include "io/image/processor_config.h"
-#include "kernels/attention_cudnn.h"
 #include "io/loader/loader.h"
 #include "io/state/hdf5_state.h"
 #include "io/text/tokenizer.h"
+#include "kernels/attention_cudnn.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
 #include "parallel/mpi_env.h"

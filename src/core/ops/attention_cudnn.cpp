@@ -350,11 +350,9 @@ std::optional<cudnn_attention::PlanKey> cudnn_plan_for(const kernels::AttentionS
       log_info("attention: ", cudnn_attention::check_key(cap, shape, false), ", rows level ",
                size.rows, ": ", all.size(), " size classes, ",
                cudnn_attention::cuda::plans_built() - before, " cuDNN plans built and checked in ",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               " s");
-    } else if (level->second != size.rows && said_levels.insert(config + " R" +
-                                                                std::to_string(size.rows))
-                                                 .second) {
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
+    } else if (level->second != size.rows &&
+               said_levels.insert(config + " R" + std::to_string(size.rows)).second) {
       log_info("attention: ", cudnn_attention::check_key(cap, shape, false), ": rows level ",
                size.rows, " (besides ", level->second, "): its plans are built as they come");
     }
