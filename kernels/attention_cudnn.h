@@ -155,9 +155,9 @@ struct Settings {
   bool deterministic = false;
   int64_t workspace_limit = int64_t(4) << 30; // bytes
   // Build and self-check every size class of the first rows level a configuration meets, at its
-  // first call (the trainer: its first step builds all the text model's plans, no later step
-  // builds one of them); other levels' plans, and all plans without it (tests, benchmarks), at
-  // their own first call.
+  // first call (the trainer: its forward before the first step builds all the text model's plans,
+  // no step builds one of them); other levels' plans, and all plans without it (tests,
+  // benchmarks), at their own first call.
   bool build_whole_set = false;
 };
 void set_settings(const Settings& s);

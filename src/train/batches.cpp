@@ -53,6 +53,19 @@ model::Batch batch_from_rows(const std::vector<io::PackedRow>& rows) {
   return b;
 }
 
+model::Batch shape_batch(const TrainConfig& config, bool mrope) {
+  const int64_t L = config.data.seq_len;
+  io::PackedRow row;
+  row.input_ids.assign(size_t(L), 0);
+  row.labels.assign(size_t(L), -100);
+  row.cu_seqlens = {0, int32_t(L)};
+  for (int64_t plane = 0; plane < (mrope ? 3 : 1); plane++)
+    for (int64_t t = 0; t < L; t++) row.position_ids.push_back(t);
+  row.num_docs = 1;
+  row.real_tokens = L;
+  return batch_from_rows(std::vector<io::PackedRow>(size_t(config.training.micro_batch_rows), row));
+}
+
 io::LoaderConfig loader_config(const TrainConfig& config, const io::Tokenizer& tokenizer,
                                const std::string& tokenizer_path, const std::string& split,
                                bool training, bool vision) {

@@ -19,6 +19,12 @@ namespace vlm::train {
 // when no row has one). All rows are of one kind (MRoPE or not).
 model::Batch batch_from_rows(const std::vector<io::PackedRow>& rows);
 
+// A micro-batch of the run's shape with nothing to predict: micro_batch_rows rows of data.seq_len
+// tokens, one document each (token id 0, targets -100), positions per row ([3, T] MRoPE planes
+// when `mrope`), no images. The trainer's forward before the first step runs it, so that what a
+// shape's first forward builds (the cuDNN attention plans) is built before any step.
+model::Batch shape_batch(const TrainConfig& config, bool mrope);
+
 // The loader of `split`: data.* keys, the tokenizer's special-token ids, one data-parallel rank.
 // vision = true (a VLM): images kept and MRoPE position ids; else images dropped
 // (ChatFormatOptions::drop_images) and 1-D positions. training = false: the sequential

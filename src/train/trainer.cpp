@@ -240,8 +240,8 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   check_device_available(device_, "config: training.device");
   // Every communicator the mesh needs, now and watched, not inside the first step's collectives.
   if (device_.is_cuda()) mesh_->connect(device_);
-  // The first step builds and checks every cuDNN attention plan of the text model's rows level
-  // (kernels/attention_cudnn.h): no later step stalls on one.
+  // The first forward builds and checks every cuDNN attention plan of the text model's rows level
+  // (kernels/attention_cudnn.h): the one before the first step below, so no step stalls on one.
   kernels::cudnn_attention::Settings attention = kernels::cudnn_attention::settings();
   attention.build_whole_set = true;
   kernels::cudnn_attention::set_settings(attention);
@@ -289,6 +289,18 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
              t.total_steps, " steps on ", device_.str(), " of ", c.data.seq_len, "-token rows x ",
              t.micro_batch_rows, " x tpi ", t.tpi_multiplier, ", data ", c.data.data_path);
   if (rank0() && device_.is_cuda()) log_info(ops_detail::attention_backend_summary(device_));
+  if (device_.is_cuda()) {
+    // One forward without gradients on a micro-batch of the run's shape: the text attention's
+    // cuDNN plans (the whole set of the run's rows level) are built and self-checked now, so the
+    // first step does not stall on them. Every rank runs it (FSDP gathers in the forward).
+    const int64_t plans = kernels::cudnn_attention::cuda::plans_built();
+    const double t0 = now_seconds();
+    stepper_->evaluate({model::to_device(shape_batch(c, model_->has_vision()), device_)});
+    if (rank0())
+      log_info("attention: ", kernels::cudnn_attention::cuda::plans_built() - plans,
+               " cuDNN plans built and checked before the first step (", now_seconds() - t0,
+               " s, a forward on a batch of the run's shape)");
+  }
   if (shape.world() > 1) log_memory();
   train_start_seconds_ = now_seconds();
 }

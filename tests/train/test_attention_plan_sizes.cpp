@@ -3,7 +3,8 @@
 // vision tower's) and synthetic 4k / 8k / 32k rows of lognormal document lengths packed by the
 // loader's own packer — fall in at most 16 size classes per configuration and rows level, each one
 // of size_classes() (the set the trainer builds and checks in its first step), and every
-// problem's rows fit the buffers and the backward's max_total. The counts are printed.
+// problem's rows fit the buffers and the backward's max_total. The counts are printed. And the
+// batch of the trainer's forward before its first step (which builds the plans) runs every family.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -15,9 +16,12 @@
 
 #include "io/loader/packing.h"
 #include "kernels/attention_cudnn.h"
+#include "model/lm_loss.h"
+#include "src/core/autograd.h"
 #include "src/demo/demo_dataset.h"
 #include "src/train/batches.h"
 #include "src/train/config.h"
+#include "src/train/trainer.h"
 #include "tests/temp_dir.h"
 
 using namespace vlm;
@@ -145,5 +149,38 @@ TEST_CASE("attention plans: 4k / 8k / 32k rows of realistic documents meet at mo
                   (long long)st.seq_len, st.median, st.sigma);
     CHECK(report(name, met, st.rows) <= 16);
     CHECK(met.size() == 1);
+  }
+}
+
+TEST_CASE("attention plans: the trainer's forward before the first step runs every family",
+          "[train]") {
+  // On CUDA the trainer runs one forward without gradients on shape_batch (the run's micro-batch
+  // shape, nothing to predict) to build the cuDNN plans before its first step. Here, on the CPU:
+  // that batch is valid and the forward runs for each family, to a zero loss over zero targets.
+  testing::TempDir tmp("shape_batch");
+  const std::string data = tmp.file("demo_data");
+  demo::DemoDatasetOptions small;
+  small.train_samples = 300;
+  small.val_samples = 0;
+  demo::make_demo_dataset(data, small);
+  for (const char* config : {"demo.toml", "demo-text.toml", "demo-qwen3.5.toml"}) {
+    INFO(config);
+    const train::TrainConfig c = train::load_train_config(
+        std::string(VLM_SOURCE_DIR) + "/configs/" + config,
+        {"model.tokenizer=" + data, "data.data_path=" + data, "data.num_workers=1",
+         "checkpoint.output_dir=" + tmp.file(std::string("out-") + config),
+         "logging.progress=false", "training.eval_steps=0", "training.caption_eval_images=0"});
+    train::Trainer trainer(c);
+    const bool mrope = trainer.model().has_vision();
+    const model::Batch b = train::shape_batch(c, mrope);
+    const int64_t T = c.training.micro_batch_rows * c.data.seq_len;
+    CHECK(b.num_tokens() == T);
+    CHECK(b.position_ids.numel() == (mrope ? 3 : 1) * T);
+    CHECK(b.cu_seqlens.numel() == c.training.micro_batch_rows + 1);
+    CHECK(model::count_targets(b) == 0);
+    model::validate_batch(b, trainer.model().vocab_size());
+    NoGradGuard no_grad;
+    const Tensor loss = model::lm_loss(trainer.model(), b, Reduction::sum, {});
+    CHECK(loss.to_doubles() == std::vector<double>{0.0});
   }
 }
