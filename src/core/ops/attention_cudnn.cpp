@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "kernels/gpu_runtime.h"
 #include "src/base/check.h"
@@ -325,42 +326,48 @@ std::optional<cudnn_attention::PlanKey> decide_plan(const cudnn_attention::Capab
 std::optional<cudnn_attention::PlanKey> cudnn_plan_for(const kernels::AttentionShape& shape,
                                                        const cudnn_attention::SizeClass& size,
                                                        Device device) {
+  using cudnn_attention::PlanKey;
+  using cudnn_attention::PlanKeyHash;
+  // Called by every attention forward: one capability query and one lookup. The requested key
+  // (determinism as asked) names the configuration and size class exactly: max_total follows from
+  // the rows and batch levels and gives the rows back.
   const cudnn_attention::Capability cap = cudnn_attention::cuda::capability(device.index);
-  const std::string config = "dev" + std::to_string(device.index) + " " +
-                             cudnn_attention::check_key(cap, shape, false) +
-                             " scale=" + std::to_string(shape.scale);
-  static std::mutex m;
-  static std::map<std::string, std::optional<cudnn_attention::PlanKey>> plans;
-  static std::set<std::string> said_levels;
-  std::lock_guard<std::mutex> lock(m);
-  auto size_name = [&](const cudnn_attention::SizeClass& c) {
-    return config + " R" + std::to_string(c.rows) + " B" + std::to_string(c.batch) + " S" +
-           std::to_string(c.max_seq) + (cudnn_attention::deterministic_requested() ? " det" : "");
+  const bool det = cudnn_attention::deterministic_requested();
+  const PlanKey wanted = cudnn_attention::plan_key(shape, size, cap.sm, det);
+  // The configuration alone: the key without its sizes.
+  auto config_of = [](PlanKey k) {
+    k.batch = k.max_seq = k.max_total = 0;
+    return k;
   };
-  if (auto it = plans.find(size_name(size)); it != plans.end()) return it->second;
+  static std::mutex m;
+  static std::map<int, std::unordered_map<PlanKey, std::optional<PlanKey>, PlanKeyHash>> devices;
+  // The rows levels each configuration has met (the first one's plans built whole).
+  static std::map<int, std::unordered_map<PlanKey, std::set<int64_t>, PlanKeyHash>> levels_met;
+  std::lock_guard<std::mutex> lock(m);
+  auto& plans = devices[device.index];
+  if (auto it = plans.find(wanted); it != plans.end()) return it->second;
   if (cudnn_attention::settings().build_whole_set) {
-    static std::map<std::string, int64_t> first_level; // per configuration
-    const auto [level, first] = first_level.emplace(config, size.rows);
-    if (first) {
+    const std::string config = cudnn_attention::check_key(cap, shape, det);
+    std::set<int64_t>& levels = levels_met[device.index][config_of(wanted)];
+    if (levels.empty()) { // the whole set of this rows level, now
+      levels.insert(size.rows);
       const std::vector<cudnn_attention::SizeClass> all = cudnn_attention::size_classes(size.rows);
       const int64_t before = cudnn_attention::cuda::plans_built();
       const auto t0 = std::chrono::steady_clock::now();
       for (const cudnn_attention::SizeClass& c : all)
-        if (!plans.count(size_name(c))) plans[size_name(c)] = decide_plan(cap, shape, c, device);
-      log_info("attention: ", cudnn_attention::check_key(cap, shape, false), ", rows level ",
-               size.rows, ": ", all.size(), " size classes, ",
-               cudnn_attention::cuda::plans_built() - before, " cuDNN plans built and checked in ",
+        plans.emplace(cudnn_attention::plan_key(shape, c, cap.sm, det),
+                      decide_plan(cap, shape, c, device));
+      log_info("attention: ", config, ", rows level ", size.rows, ": ", all.size(),
+               " size classes, ", cudnn_attention::cuda::plans_built() - before,
+               " cuDNN plans built and checked in ",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s");
-    } else if (level->second != size.rows &&
-               said_levels.insert(config + " R" + std::to_string(size.rows)).second) {
-      log_info("attention: ", cudnn_attention::check_key(cap, shape, false), ": rows level ",
-               size.rows, " (besides ", level->second, "): its plans are built as they come");
+      return plans.at(wanted);
     }
+    if (levels.insert(size.rows).second)
+      log_info("attention: ", config, ": rows level ", size.rows, " (besides ", *levels.begin(),
+               "): its plans are built as they come");
   }
-  auto it = plans.find(size_name(size));
-  if (it == plans.end())
-    it = plans.emplace(size_name(size), decide_plan(cap, shape, size, device)).first;
-  return it->second;
+  return plans.emplace(wanted, decide_plan(cap, shape, size, device)).first->second;
 }
 
 std::optional<CudnnAttentionSaved> cudnn_attention_forward(const Tensor& q, const Tensor& k,
