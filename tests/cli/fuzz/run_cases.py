@@ -130,6 +130,9 @@ def classify(case, rc, out, err, rss_mb, mem_mb):
 def run_case(case, args):
     cmd = [args.bin if c == "@BIN@" else c for c in case["cmd"]]
     env = dict(os.environ, OMP_NUM_THREADS="1", **case.get("env", {}))
+    # Its own Open MPI session folder: two mpiruns of one user at once race on the shared one
+    # (tests/CMakeLists.txt says how).
+    env["OMPI_MCA_orte_tmpdir_base"] = os.path.join(args.logs, "mpi", case["name"])
     before = {p: digest(p) for p in case.get("preserve", [])}
     if args.asan:
         # ulimit -v and ASan's shadow memory do not mix: cap allocations and RSS in ASan itself.
