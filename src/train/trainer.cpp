@@ -19,6 +19,7 @@
 #include "kernels/attention_cudnn.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
+#include "model/tokenizer_files.h"
 #include "parallel/mpi_env.h"
 #include "parallel/parallelize.h"
 #include "parallel/watchdog.h"
@@ -96,6 +97,17 @@ WeightSource weight_source(const TrainConfig& c) {
   return WeightSource::hf_snapshot;
 }
 
+// Where a run reads its model's description and tokenizer: the config's (a preset and
+// model.tokenizer, or the HF snapshot in model.model_dir) for a new run; a resumed run reads its
+// checkpoint alone — the checkpoint's config.json (the snapshot's, checked equal when it was
+// saved) and its copy of the tokenizer — and never opens model.model_dir, which may be gone.
+TrainConfig model_sources(TrainConfig c, const std::string& resumed_from) {
+  if (resumed_from.empty()) return c;
+  if (c.model.preset.empty()) c.model.model_dir = resumed_from;
+  if (fs::exists(fs::path(resumed_from) / "tokenizer.json")) c.model.tokenizer = resumed_from;
+  return c;
+}
+
 // Describes the model (a preset, the snapshot's or the checkpoint's config.json) and freezes what
 // the config freezes (before FSDP: frozen parameters are not sharded). Nothing is allocated yet:
 // the weights fill the model after parallelize(), each rank its own parts (fill_weights).
@@ -153,12 +165,13 @@ std::optional<MicroBatch> next_micro_batch(io::DataLoader& loader, int64_t rows,
 struct Trainer::Data {
   io::Tokenizer tokenizer;
   std::unique_ptr<io::DataLoader> train;
-  std::vector<int> pattern; // micro-steps per optimizer step
-  bool vision = false;      // the model takes images: the loader keeps them
+  std::string tokenizer_path; // where `tokenizer` was read (model_sources)
+  std::vector<int> pattern;   // micro-steps per optimizer step
+  bool vision = false;        // the model takes images: the loader keeps them
   int64_t dp_rank = 0, dp_world = 1;
 
   io::LoaderConfig config(const TrainConfig& c, const std::string& split, bool training) const {
-    io::LoaderConfig l = loader_config(c, tokenizer, c.model.tokenizer, split, training, vision);
+    io::LoaderConfig l = loader_config(c, tokenizer, tokenizer_path, split, training, vision);
     l.dp_rank = dp_rank;
     l.dp_world = dp_world;
     return l;
@@ -246,19 +259,27 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   attention.build_whole_set = true;
   kernels::cudnn_attention::set_settings(attention);
 
-  data_ = std::make_unique<Data>(Data{io::Tokenizer::from_file(c.model.tokenizer), {}, {}});
+  // checkpoint.resume first: a resumed run reads the checkpoint alone (model_sources), and its
+  // weights, masters and moments only from the checkpoint's state.h5 (resume() below).
+  resumed_from_ = resolve_resume(c.checkpoint.resume, c.checkpoint.output_dir);
+  const TrainConfig sources = model_sources(c, resumed_from_);
+  data_ = std::make_unique<Data>(
+      Data{io::Tokenizer::from_file(sources.model.tokenizer), {}, sources.model.tokenizer, {}});
+  // Written into every checkpoint and snapshot this run saves, read once.
+  tokenizer_files_ = model::read_tokenizer_files(tokenizer_dir(sources.model.tokenizer));
   data_->dp_rank = mesh_->dp_rank();
   data_->dp_world = shape.dp();
   state_.rng = Rng(uint64_t(t.seed));
   // Describe -> shard -> allocate -> load (DESIGN.md §2.1): tensor parallelism by the family's
   // plan, activation checkpointing, FSDP when there is more than one data-parallel rank, on the
-  // device; then each rank fills only its parts (the same values on every rank as one process).
-  model_ = describe_for_training(c, data_->tokenizer);
+  // device; then each rank fills only its parts (the same values on every rank as one process):
+  // drawn or read from model.model_dir for a new run, read from the checkpoint by resume().
+  model_ = describe_for_training(sources, data_->tokenizer);
   parallel::ParallelizeOptions options = parallelize_options(c);
   if (shape.tp > 1) options.tp_plan = model::tp_plan(*model_);
   parallel_ = parallel::parallelize(*model_, model_->blocks(), *mesh_, options, device_);
   state_.layouts = parallel_.param_layouts();
-  fill_weights(c, *model_, state_.layouts, state_.rng);
+  if (resumed_from_.empty()) fill_weights(c, *model_, state_.layouts, state_.rng);
   if (const parallel::TensorParallel* tp = parallel_.tensor_parallel();
       tp && !tp->left_whole().empty() && rank0())
     log_info("tensor parallel: ", tp->left_whole().size(), " projections left whole on every rank ",
@@ -278,7 +299,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   state_.schedule = &stepper_->schedule();
   state_.loader = data_->train.get();
   state_.dp = dp_group();
-  seed_masters(*model_, stepper_->optimizer(), state_.layouts);
+  if (resumed_from_.empty()) seed_masters(*model_, stepper_->optimizer(), state_.layouts);
   resume();
   metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
                                           resumed_from_.empty() ? -1 : state_.step);
@@ -307,7 +328,6 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
 
 void Trainer::resume() {
   const CheckpointOptions& ck = config_.checkpoint;
-  resumed_from_ = resolve_resume(ck.resume, ck.output_dir);
   if (resumed_from_.empty()) {
     if (!ck.resume.empty() && rank0())
       log_info("resume: no checkpoint in ", ck.output_dir, " yet; starting from step 0");
@@ -335,6 +355,10 @@ void Trainer::resume() {
   log_info("resume: from ", resumed_from_, " at step ", state_.step, " of ",
            config_.training.total_steps, " (", state_.tokens, " tokens trained)",
            changed.empty() ? "" : "; changed since: " + changed);
+  if (config_.model.preset.empty())
+    log_info(
+        "resume: the model's config.json, tokenizer, weights and optimizer state all read from ",
+        resumed_from_, "; model.model_dir (", config_.model.model_dir, ") is not read");
 }
 
 parallel::ProcessGroup* Trainer::dp_group() const {
@@ -576,7 +600,7 @@ void Trainer::save_checkpoint() {
     save.config = to_json(config_);
     save.config_toml = to_toml(config_);
     save.hf_config = model_->hf_config();
-    save.tokenizer_dir = tokenizer_dir(config_.model.tokenizer);
+    save.extra_files = tokenizer_files_;
     if (model_->has_vision())
       save.extra_files["preprocessor_config.json"] = io::image_processor_json(image_config());
     save.fault = fault_;
@@ -636,7 +660,7 @@ std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
 std::string Trainer::save_hf_snapshot() {
   const std::string dir = hf_snapshot_dir(config_.checkpoint.output_dir, state_.step);
   // A VLM snapshot records the image sizes it was trained on (`vlmtrain generate` reads them).
-  std::map<std::string, std::string> extra;
+  std::map<std::string, std::string> extra = tokenizer_files_;
   if (model_->has_vision())
     extra["preprocessor_config.json"] = io::image_processor_json(image_config());
   // The whole model on every rank (FSDP gathers it), written by rank 0 (the resumable HDF5
@@ -646,9 +670,8 @@ std::string Trainer::save_hf_snapshot() {
   model::StoredTensors stored = model_->stored();
   stored.exact = whole_exact_masters();
   if (rank0()) {
-    model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype,
-                            tokenizer_dir(config_.model.tokenizer), model::kDefaultMaxShardBytes,
-                            extra, &stored);
+    model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype, "",
+                            model::kDefaultMaxShardBytes, extra, &stored);
     log_info("saved ", dir);
   }
   if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on

@@ -1,10 +1,14 @@
 // `vlmtrain train`: any registered model family (model/model_spec.h) trained on Energon data by a
 // TOML config (src/train/config.h), as one process or as one rank of an MPI job (mpirun, srun).
-// The trainer goes (DESIGN.md §4.1): spec -> build (describe) -> init or load (host, the same
-// values on every rank) -> freeze -> parallelize (parallel/parallelize.h: activation
-// checkpointing, then FSDP when there are several data-parallel ranks — shards on the device; DDP
-// and HSDP are its dp_shard = 1 and dp_replicate > 1 cases — and the rest to the device) ->
-// TrainStepper.
+// The trainer goes (DESIGN.md §4.1): checkpoint.resume resolved -> describe (a preset, the
+// snapshot's config.json, or, resuming, the checkpoint's) -> freeze -> parallelize
+// (parallel/parallelize.h: tensor parallelism, activation checkpointing, then FSDP when there are
+// several data-parallel ranks — DDP and HSDP are its dp_shard = 1 and dp_replicate > 1 cases —
+// each rank's parts allocated on the device) -> fill each rank's parts (a new run: drawn, or read
+// from the HF snapshot by parts) -> TrainStepper (AdamW, masters seeded from the stored values) ->
+// resume: parameters, masters, moments, RNG, schedule and loader position read by parts from the
+// checkpoint's state.h5. A resumed run reads nothing else: no init, no byte of model.model_dir
+// (its tokenizer comes from the checkpoint's copy too).
 //
 //   ranks      [parallel] gives the mesh (parallel/mesh.h); each rank trains on one GPU picked by
 //              its node-local rank ("cuda" = cuda:local_rank), reads its own share of the data
@@ -142,6 +146,7 @@ private:
   int64_t first_step_ = 0;                             // the step this process started at
   int64_t saved_step_ = -1;  // the step of the last checkpoint saved or resumed from
   std::string resumed_from_; // the checkpoint folder this run resumed from, or ""
+  std::map<std::string, std::string> tokenizer_files_; // name -> contents (model_sources' folder)
   FaultInjection fault_;
 };
 

@@ -17,6 +17,8 @@
 #     position where the data-parallel count is the same);
 #   * Debian's h5py reads /model/<name> as the whole tensor, equal to `vlmtrain export`'s;
 #     training starts from a checkpoint's weights (model.model_dir); keep_last rotates;
+#   * a resume reads the checkpoint alone: runs started from an HF snapshot resume (1 process,
+#     2 FSDP ranks, 2 TP ranks) bit-identically with the snapshot moved away;
 #   * a truncated or corrupt file, another model, a missing tensor, another dtype or data config,
 #     a path that is not a checkpoint: errors naming it.
 #   tests/train/test_checkpoint_resume.sh <path to vlmtrain>
@@ -227,6 +229,38 @@ expect_rc 0 from_ckpt_tp.log mpi 4 "$bin" train "${common[@]}" --set model.prese
 grep -q "state.h5, this rank's parts" from_ckpt_tp.log || { cat from_ckpt_tp.log; fail "not read by parts"; }
 cmp from_ckpt_tp/checkpoint-step-1/model.safetensors hf/model.safetensors ||
   fail "the FSDP x TP run did not start from the checkpoint's weights"
+
+echo "== a resume reads the checkpoint alone: no byte of the HF snapshot the run started from"
+# Runs that start from an HF snapshot (the f32 export above, with its tokenizer) stop at step 4;
+# the snapshot is moved away before each resume, so a read of any of its files would fail the run.
+# One process, 2 FSDP ranks and 2 TP ranks; each ends bit-identical to its run that never stopped,
+# and its final snapshot carries the tokenizer files (from the checkpoint's copy).
+mkdir -p snap && cp hf/* snap/
+snap=(--set model.preset= --set model.model_dir=snap --set model.tokenizer=
+  --set checkpoint.hf_snapshot=final --set model.train_vit=true)
+for layout in "1 -" "2 fsdp" "2 tp"; do
+  read -r np mode <<<"$layout"
+  lay=()
+  [[ $mode == fsdp ]] && lay=(--set parallel.data_parallel=fsdp --set data.num_workers=1)
+  [[ $mode == tp ]] && lay=(--set parallel.tp_size=2)
+  launch=("$bin")
+  ((np > 1)) && launch=(mpirun -np "$np" --oversubscribe "$bin")
+  out=snap_${np}_$mode
+  expect_rc 0 ${out}_straight.log "${launch[@]}" train "${common[@]}" "${snap[@]}" "${lay[@]}" \
+    --set checkpoint.output_dir=${out}_straight
+  expect_rc 75 ${out}_stop.log "${launch[@]}" train "${common[@]}" "${snap[@]}" "${lay[@]}" \
+    --set checkpoint.output_dir=$out --inject-fault signal:0:4
+  mv snap snap.away
+  expect_rc 0 ${out}_resume.log "${launch[@]}" train "${common[@]}" "${snap[@]}" "${lay[@]}" \
+    --set checkpoint.output_dir=$out --set checkpoint.resume=latest
+  mv snap.away snap
+  resumed_from ${out}_resume.log $out/step_000004
+  grep -q "model.model_dir (snap) is not read" ${out}_resume.log ||
+    { cat ${out}_resume.log; fail "$out: the resume does not say what it read"; }
+  same $out ${out}_straight
+  cmp $out/checkpoint-step-8/tokenizer.json snap/tokenizer.json ||
+    fail "$out: the final snapshot's tokenizer.json is not the run's"
+done
 
 echo "== default settings: a run of a config resumes with --set checkpoint.resume=latest"
 # configs/demo-text.toml as a user has it: no [checkpoint] key but output_dir (save_steps = 0).
