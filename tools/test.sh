@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# README command 2: installs dependencies, builds (with CUDA when nvcc is found) and runs the
-# whole test suite with ctest. GPU tests skip with "no CUDA device" on machines without one.
+# README command 2: installs dependencies (the test tools too), builds everything (with CUDA
+# when nvcc is found: VLM_CUDA=AUTO, also over a build/ that command 1 configured for the demo
+# alone) and runs the whole test suite with ctest. GPU tests skip with "no CUDA device" on
+# machines without one.
 #   tools/test.sh              all tests (unit, grad, golden, gpu, lint, ...)
 #   tools/test.sh --sanitize   the same suite built with -fsanitize=address,undefined (CPU only)
 #   tools/test.sh -L grad      extra arguments go to ctest
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build_args=()
+build_args=(-DVLM_BUILD_TESTS=ON -DVLM_BUILD_BENCH=ON -DVLM_CUDA="${VLM_CUDA:-AUTO}")
 if [[ "${1:-}" == "--sanitize" ]]; then
-  build_args+=(--sanitize)
+  build_args=(--sanitize)
   shift
 fi
 bash "$root/tools/deps/install_deps.sh"
