@@ -10,7 +10,8 @@
 //                           (the resolved training config) and /hf_config (the model's config.json)
 //     config.toml           the resolved training config, for people
 //     config.json, tokenizer files (+ preprocessor_config.json for a VLM): what `vlmtrain export`,
-//                           `generate` and `model.model_dir` need next to state.h5
+//                           `generate`, `model.model_dir` and a resume need next to state.h5 (a
+//                           resumed run reads this folder alone: src/train/trainer.h)
 //
 // A save: rank 0 creates step_N.tmp/; every rank writes its rows of state.h5 and closes it (HDF5
 // flushes), fsyncs what it wrote; a barrier; rank 0 writes the small files, renames step_N.tmp to
