@@ -8,7 +8,7 @@
 // mask). The log-sum-exp ("Stats") is the same [T, Hq] fp32 natural-log LSE of the scaled scores
 // that the own kernels keep, so either backward can follow either forward.
 //
-// Facts, versions and pitfalls: the README's "CUDA attention backends". Host logic (support rules,
+// Facts, versions and pitfalls: docs/gpu.md, "CUDA attention backends". Host logic (support rules,
 // the ragged layout, plan-cache keys) is plain C++ in kernels/attention_cudnn_plan.cpp, built and
 // tested without a GPU; the graph code is kernels/cuda/attention_cudnn.cpp (built only with cuDNN
 // and the frontend headers, tools/deps/fetch_cudnn_frontend.sh; without them a stub that says so).

@@ -385,7 +385,7 @@ private:
       return nccl_comm_;
     }
     VLM_CHECK(kernels::cuda::nccl_built(), name(), ": a collective on ", device.str(),
-              " needs NCCL, and this build has none (see README: NCCL_ROOT, -DVLM_WITH_NCCL)");
+              " needs NCCL, and this build has none (see docs/gpu.md: NCCL_ROOT, -DVLM_WITH_NCCL)");
     char id[kernels::cuda::kNcclUniqueIdBytes] = {};
     if (rank_ == 0) kernels::cuda::nccl_unique_id(id);
     {

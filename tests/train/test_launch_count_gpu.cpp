@@ -3,7 +3,7 @@
 // preset (bf16 parameters with fp32 masters, f32 gradient accumulation, one micro-batch of two
 // packed documents) at 2 and 4 decoder layers: the difference gives the launches per layer, the
 // rest the fixed part (embedding, final norm, LM head + loss, norm + clip, AdamW). Printed so the
-// README can state them. The bounds:
+// docs/gpu.md can state them. The bounds:
 //   per layer <= 100 kernel launches (the static count of issue 34: ~17 forward + ~50 backward);
 //   fixed part <= 200;
 //   gradient norm + clipping: at most a handful (3 own launches for up to 1024 tensors);
