@@ -13,7 +13,8 @@
 
 using namespace vlm;
 
-TEST_CASE("base: VLM_CHECK throws vlm::Error with message and repository-relative location", "[base]") {
+TEST_CASE("base: VLM_CHECK throws vlm::Error with message and repository-relative location",
+          "[base]") {
   int x = 3;
   try {
     VLM_CHECK(x == 4, "x is ", x, " not 4");
