@@ -465,6 +465,10 @@ void Sampler::restore(const SamplerState& s) {
               ss.active.size(), " open-slice slots, expected ", m.slots);
     VLM_CHECK(0 <= ss.pending_offset && ss.pending_offset <= m.num_slices(i), "sampler: source ", i,
               " pending offset ", ss.pending_offset, " out of range");
+    VLM_CHECK(ss.epoch >= 0 && 0 <= ss.epoch_samples && ss.epoch_samples <= m.owned[i],
+              "sampler: source ", i, " has epoch ", ss.epoch, " and epoch_samples ",
+              ss.epoch_samples, " (expected >= 0, and at most the ", m.owned[i],
+              " samples this worker owns)");
     for (const SliceCursor& c : ss.active) {
       if (c.slice < 0) continue;
       VLM_CHECK(c.slice < m.num_slices(i) && m.slices[i][size_t(c.slice)] <= c.next &&
@@ -474,6 +478,13 @@ void Sampler::restore(const SamplerState& s) {
     }
   }
   VLM_CHECK(s.quota.size() == n, "sampler: saved quota has ", s.quota.size(), " entries");
+  for (size_t i = 0; i < n; i++)
+    VLM_CHECK(0 <= s.quota[i] && s.quota[i] <= m.quota0[i], "sampler: saved quota[", i,
+              "] = ", s.quota[i], " is out of range [0, ", m.quota0[i], "] (the samples source ", i,
+              " owes per meta-epoch)");
+  VLM_CHECK(s.epoch >= 0 && 0 <= s.epoch_emitted && s.epoch_emitted <= s.emitted,
+            "sampler: saved epoch ", s.epoch, ", emitted ", s.emitted, ", epoch_emitted ",
+            s.epoch_emitted, ": expected counts >= 0, epoch_emitted at most emitted");
   VLM_CHECK(0 <= s.concat_source && size_t(s.concat_source) <= n, "sampler: bad concat source");
   VLM_CHECK(int64_t(s.shuffle_buffer.size()) <= std::max<int64_t>(m.buffer, 0),
             "sampler: saved shuffle buffer holds ", s.shuffle_buffer.size(),

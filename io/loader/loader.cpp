@@ -519,13 +519,46 @@ void DataLoader::restore(const LoaderState& s) {
             " workers, the config ", m.current.size());
   VLM_CHECK(0 <= s.next_worker && s.next_worker < int64_t(m.current.size()),
             "data loader: saved round-robin position ", s.next_worker, " out of range");
+  VLM_CHECK(s.rows >= 0, "data loader: saved rows = ", s.rows, " is negative (a count)");
   for (size_t w = 0; w < s.workers.size(); w++) {
+    const LoaderWorkerState& ws = s.workers[w];
+    const std::string field = "saved workers[" + std::to_string(w) + "]";
     Sampler check(m.sampler_cfgs[w]);
-    check.restore(s.workers[w].sampler); // throws when it does not fit
-    VLM_CHECK(!m.plan || s.workers[w].packer_buffer.empty(),
+    try {
+      check.restore(ws.sampler); // throws when it does not fit
+    } catch (const Error& e) {
+      VLM_FAIL("data loader: ", field, ".sampler: ", e.what());
+    }
+    for (const auto& [name, v] : {std::pair<const char*, int64_t>{"rows", ws.rows},
+                                  {"samples", ws.samples},
+                                  {"unusable_run", ws.unusable_run}})
+      VLM_CHECK(v >= 0, "data loader: ", field, ".", name, " = ", v, " is negative (a count)");
+    VLM_CHECK(!m.plan || ws.packer_buffer.empty(),
               "data loader: saved state has an online packing buffer but a plan is used");
-    VLM_CHECK(int64_t(s.workers[w].packer_buffer.size()) <= m.cfg.packing.buffer_size,
+    VLM_CHECK(int64_t(ws.packer_buffer.size()) <= m.cfg.packing.buffer_size,
               "data loader: saved packing buffer exceeds packing.buffer_size");
+    // The buffer holds ids this worker's sampler gave out: each must be one of its samples (an
+    // id past the data would fail only when the worker reads it, as a dataset error).
+    for (size_t i = 0; i < ws.packer_buffer.size(); i++) {
+      const int64_t id = ws.packer_buffer[i], src = sample_id_source(id), idx = sample_id_index(id);
+      const bool known = id >= 0 && size_t(src) < m.sources.leaves.size();
+      if (known && check.slices(size_t(src)).front() <= idx &&
+          idx < check.slices(size_t(src)).back())
+        continue;
+      std::string what = "names source " + std::to_string(src) + "; the data has " +
+                         std::to_string(m.sources.leaves.size()) + " source(s)";
+      if (known) {
+        const Leaf& l = m.sources.leaves[size_t(src)];
+        what = "is sample " + std::to_string(idx) + " of '" + folder_name(l.dataset->root()) +
+               "' split '" + l.split + "' (" +
+               std::to_string(l.dataset->split(l.split).num_samples) + " samples), and reader " +
+               "worker " + std::to_string(w) + " reads samples [" +
+               std::to_string(check.slices(size_t(src)).front()) + ", " +
+               std::to_string(check.slices(size_t(src)).back()) + ") of it";
+      }
+      VLM_FAIL("data loader: ", field, ".packer_buffer[", i, "] = ", id, " is out of range: it ",
+               what);
+    }
   }
   m.stop();
   m.current = s.workers;

@@ -9,11 +9,30 @@
 
 namespace vlm::io {
 
+std::string write_error_text(int err, const std::string& dest) {
+  const std::string text = std::strerror(err);
+  const std::string disk = dest.empty() ? "the disk" : "the disk of " + dest;
+  const std::string elsewhere = dest.empty() ? "write elsewhere" : "point " + dest + " elsewhere";
+  switch (err) {
+  case ENOSPC: return text + " (" + disk + " is full; free space or " + elsewhere + ")";
+  case EDQUOT:
+    return text + " (your quota on " + disk + " is used up; free space or " + elsewhere + ")";
+  case EFBIG:
+    return text + " (the file is larger than the file system or this process's file size limit, " +
+           "ulimit -f, allows)";
+  case EROFS: return text + " (" + disk + " is mounted read-only; " + elsewhere + ")";
+  case EACCES:
+  case EPERM: return text + " (no permission to write there; " + elsewhere + ")";
+  case EIO: return text + " (the storage reported an I/O error: the disk or file system fails)";
+  default: return text;
+  }
+}
+
 void write_file_atomic(const std::string& path, const std::vector<ByteRange>& pieces,
-                       const std::string& what) {
+                       const std::string& what, const std::string& dest) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  VLM_CHECK(fd >= 0, what, ": cannot create '", tmp, "': ", std::strerror(errno));
+  VLM_CHECK(fd >= 0, what, ": cannot create '", tmp, "': ", write_error_text(errno, dest));
   int err = 0; // errno of the first failure
   for (const ByteRange& piece : pieces) {
     const char* c = static_cast<const char*>(piece.data);
@@ -34,7 +53,7 @@ void write_file_atomic(const std::string& path, const std::vector<ByteRange>& pi
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
-    VLM_FAIL(what, ": writing '", tmp, "' failed: ", std::strerror(err));
+    VLM_FAIL(what, ": cannot write '", tmp, "': ", write_error_text(err, dest));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int rerr = errno;

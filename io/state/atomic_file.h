@@ -16,8 +16,15 @@ struct ByteRange {
 
 // Writes the concatenation of `pieces` to `path` atomically (see above). `what` names the file in
 // errors (e.g. "safetensors file 'x'"); on failure the temporary is removed and a vlm::Error
-// says which step failed and why (errno text).
+// says which step failed and why: "<what>: cannot write '<path>.tmp': <write_error_text(errno,
+// dest)>". `dest` names where the file goes, for that text (a config key; "" = the disk).
 void write_file_atomic(const std::string& path, const std::vector<ByteRange>& pieces,
-                       const std::string& what);
+                       const std::string& what, const std::string& dest = "");
+
+// The OS error `err` of a failed write: strerror(err), and for the errors of a full, over-quota,
+// read-only or failing disk what to do, e.g. with dest "checkpoint.output_dir": "No space left on
+// device (the disk of checkpoint.output_dir is full; free space or point checkpoint.output_dir
+// elsewhere)". `dest` names where the file goes (a config key or an option); "" says "the disk".
+std::string write_error_text(int err, const std::string& dest = "");
 
 } // namespace vlm::io

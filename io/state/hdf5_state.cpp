@@ -3,11 +3,16 @@
 #if VLM_WITH_HDF5
 
 #include <hdf5.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <utility>
 #include <vector>
 
+#include "io/state/atomic_file.h"
 #include "src/base/check.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/shape_ops.h"
@@ -58,19 +63,85 @@ void silence_hdf5() {
   (void)once;
 }
 
+// What HDF5's error stack says about the last failed call: its outermost message, and the OS
+// error behind it where one is recorded. The POSIX driver writes errno into its message
+// ("..., errno = 28, error message = 'No space left on device', ..."); the MPI-IO driver names the
+// MPI error string ("MPI_ERR_NO_SPACE: ...") where the MPI library gives a class.
+struct Hdf5Failure {
+  std::string text;
+  int os_error = 0;
+};
+
 herr_t collect_error(unsigned n, const H5E_error2_t* e, void* out) {
-  auto* text = static_cast<std::string*>(out);
-  if (text->empty() && e->desc && *e->desc) *text = e->desc;
+  auto* f = static_cast<Hdf5Failure*>(out);
+  if (!e->desc || !*e->desc) return 0;
+  const std::string desc = e->desc;
+  if (f->text.empty()) f->text = desc;
+  if (f->os_error != 0) return 0;
+  if (const size_t at = desc.find("errno = "); at != std::string::npos)
+    f->os_error = std::atoi(desc.c_str() + at + 8);
+  constexpr std::pair<const char*, int> kMpiClasses[] = {{"MPI_ERR_NO_SPACE", ENOSPC},
+                                                         {"MPI_ERR_QUOTA", EDQUOT},
+                                                         {"MPI_ERR_READ_ONLY", EROFS},
+                                                         {"MPI_ERR_ACCESS", EACCES}};
+  for (const auto& [name, err] : kMpiClasses)
+    if (f->os_error == 0 && desc.find(name) != std::string::npos) f->os_error = err;
   return 0;
 }
 
-std::string hdf5_error() {
-  std::string text;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &text);
-  return text.empty() ? "no HDF5 message" : text;
+Hdf5Failure hdf5_failure() {
+  Hdf5Failure f;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &f);
+  if (f.text.empty()) f.text = "no HDF5 message";
+  return f;
 }
 
+std::string hdf5_error() { return hdf5_failure().text; }
+
 #define VLM_H5_CHECK(ok, ...) VLM_CHECK(ok, __VA_ARGS__, " (HDF5: ", hdf5_error(), ")")
+
+// Bytes of the file system holding `path` that this process may still write (-1: unknown).
+int64_t free_bytes_at(const std::string& path) {
+  struct statvfs st;
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &st) != 0) return -1;
+  return int64_t(::geteuid() == 0 ? st.f_bfree : st.f_bavail) * int64_t(st.f_frsize);
+}
+
+// The error of a failed write to `path`. With an OS error (from the stack, else `errno_after`,
+// errno right after the call, when it is one a failed write sets: the MPI-IO driver does not
+// record it, OpenMPI's write leaves it) the message leads with the file and the OS reason:
+// "checkpoint: cannot write 'F': No space left on device (the disk of D is full; ...) [doing;
+// HDF5: ...]"; else "checkpoint: doing (HDF5: ...)". A write that ran into a full disk with a
+// short count sets no errno (one of several MPI ranks, typically): where no OS error is known
+// and less than 1 MiB is left on the file system, the disk is full, and the message says so.
+std::string write_failure(const std::string& path, const std::string& dest, int errno_after,
+                          const std::string& doing) {
+  Hdf5Failure f = hdf5_failure();
+  for (int err : {ENOSPC, EDQUOT, EFBIG, EIO, EROFS, EACCES, EPERM})
+    if (f.os_error == 0 && errno_after == err) f.os_error = err;
+  std::string seen;
+  if (f.os_error == 0) {
+    const int64_t left = free_bytes_at(path);
+    if (left < 0 || left >= (int64_t(1) << 20))
+      return "checkpoint: " + doing + " (HDF5: " + f.text + ")";
+    f.os_error = ENOSPC;
+    seen = "; no OS error was reported, and the file system has " + std::to_string(left) +
+           " bytes left";
+  }
+  return "checkpoint: cannot write '" + path + "': " + write_error_text(f.os_error, dest) + " [" +
+         doing + "; HDF5: " + f.text + seen + "]";
+}
+
+// VLM_CHECK for the HDF5 calls that write: `errno_after` is errno right after the call (set to 0
+// before it).
+#define VLM_H5_WRITE_CHECK(ok, errno_after, ...)                                                   \
+  do {                                                                                             \
+    if (!(ok)) [[unlikely]]                                                                        \
+      ::vlm::detail::throw_error(                                                                  \
+          __FILE__, __LINE__, #ok,                                                                 \
+          write_failure(path_, dest_, errno_after, ::vlm::detail::str_cat(__VA_ARGS__)));          \
+  } while (0)
 
 // bf16 and f16 have no predefined HDF5 type: both are IEEE-style floats described field by field
 // (sign bit, exponent, mantissa), so any HDF5 reader converts them to f32 exactly.
@@ -164,8 +235,8 @@ H5Handle file_access(MPI_Comm comm, bool mpi) {
 
 // --- writer ------------------------------------------------------------------------------------
 
-Hdf5StateWriter::Hdf5StateWriter(const std::string& path, MPI_Comm comm)
-    : path_(path), mpi_(mpi_running()) {
+Hdf5StateWriter::Hdf5StateWriter(const std::string& path, MPI_Comm comm, const std::string& dest)
+    : path_(path), dest_(dest), mpi_(mpi_running()) {
   silence_hdf5();
   if (mpi_) MPI_Comm_rank(comm, &rank_);
   H5Handle fapl = file_access(comm, mpi_);
@@ -174,15 +245,19 @@ Hdf5StateWriter::Hdf5StateWriter(const std::string& path, MPI_Comm comm)
     H5Pset_all_coll_metadata_ops(fapl.get(), true);
     H5Pset_coll_metadata_write(fapl.get(), true);
   }
+  errno = 0;
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-  VLM_H5_CHECK(file_ >= 0, "checkpoint: cannot create '", path, "'");
+  const int created_errno = errno;
+  VLM_H5_WRITE_CHECK(file_ >= 0, created_errno, "cannot create '", path, "'");
   const int version = kHdf5StateVersion;
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle attr(
       H5Acreate2(file_, kVersionAttr, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
       H5Aclose);
-  VLM_H5_CHECK(attr.valid() && H5Awrite(attr.get(), H5T_NATIVE_INT, &version) >= 0,
-               "checkpoint: cannot write the format version to '", path, "'");
+  errno = 0;
+  const bool written = attr.valid() && H5Awrite(attr.get(), H5T_NATIVE_INT, &version) >= 0;
+  const int written_errno = errno;
+  VLM_H5_WRITE_CHECK(written, written_errno, "cannot write the format version to '", path, "'");
 }
 
 Hdf5StateWriter::~Hdf5StateWriter() {
@@ -191,11 +266,15 @@ Hdf5StateWriter::~Hdf5StateWriter() {
 
 void Hdf5StateWriter::close() {
   VLM_CHECK(file_ >= 0, "checkpoint: '", path_, "' is already closed");
+  errno = 0;
   const herr_t flushed = H5Fflush(file_, H5F_SCOPE_GLOBAL);
+  const int flushed_errno = errno;
+  errno = 0;
   const herr_t closed = H5Fclose(file_);
+  const int closed_errno = errno;
   file_ = -1;
-  VLM_H5_CHECK(flushed >= 0 && closed >= 0, "checkpoint: writing '", path_,
-               "' failed at flush/close");
+  VLM_H5_WRITE_CHECK(flushed >= 0 && closed >= 0, flushed < 0 ? flushed_errno : closed_errno,
+                     "writing '", path_, "' failed at flush/close");
 }
 
 int64_t Hdf5StateWriter::create_dataset(const std::string& key, const Shape& shape, DType dtype) {
@@ -213,10 +292,12 @@ int64_t Hdf5StateWriter::create_dataset(const std::string& key, const Shape& sha
   // Contiguous and never filled: every byte is written by exactly one rank.
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  errno = 0;
   const hid_t ds =
       H5Dcreate2(file_, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT);
-  VLM_H5_CHECK(ds >= 0, "checkpoint: cannot create '", key, "' ", dtype_name(dtype),
-               shape_str(shape), " in '", path_, "'");
+  const int created_errno = errno;
+  VLM_H5_WRITE_CHECK(ds >= 0, created_errno, "cannot create '", key, "' ", dtype_name(dtype),
+                     shape_str(shape), " in '", path_, "'");
   return ds;
 }
 
@@ -245,10 +326,12 @@ void Hdf5StateWriter::write_slabs(int64_t dataset, const std::string& key,
     const Tensor bytes = host_bytes(slab.block);
     const hsize_t n = hsize_t(bytes.numel());
     H5Handle mem_space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    errno = 0;
     const herr_t ok = H5Dwrite(ds.get(), file_type.get(), mem_space.get(), file_space.get(),
                                dxpl.get(), bytes.data_ptr());
-    VLM_H5_CHECK(ok >= 0, "checkpoint: writing '", key, "' to '", path_, "' failed (the box at ",
-                 shape_str(slab.offset), ")");
+    const int write_errno = errno;
+    VLM_H5_WRITE_CHECK(ok >= 0, write_errno, "writing '", key, "' to '", path_,
+                       "' failed (the box at ", shape_str(slab.offset), ")");
   }
 }
 
@@ -304,10 +387,12 @@ void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& v
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
+  errno = 0;
   H5Handle ds(H5Dcreate2(file_, path.c_str(), type.get(), space.get(), lcpl.get(), H5P_DEFAULT,
                          H5P_DEFAULT),
               H5Dclose);
-  VLM_H5_CHECK(ds.valid(), "checkpoint: cannot create '", key, "' in '", path_, "'");
+  const int created_errno = errno;
+  VLM_H5_WRITE_CHECK(ds.valid(), created_errno, "cannot create '", key, "' in '", path_, "'");
   H5Handle file_space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle mem_space(H5Screate(H5S_SCALAR), H5Sclose);
   if (rank_ != 0) {
@@ -315,9 +400,11 @@ void Hdf5StateWriter::write_json(const std::string& key, const nlohmann::json& v
     H5Sselect_none(mem_space.get());
   }
   H5Handle dxpl = data_transfer(mpi_);
+  errno = 0;
   const herr_t ok =
       H5Dwrite(ds.get(), type.get(), mem_space.get(), file_space.get(), dxpl.get(), text.data());
-  VLM_H5_CHECK(ok >= 0, "checkpoint: writing '", key, "' to '", path_, "' failed");
+  const int write_errno = errno;
+  VLM_H5_WRITE_CHECK(ok >= 0, write_errno, "writing '", key, "' to '", path_, "' failed");
 }
 
 // --- reader ------------------------------------------------------------------------------------

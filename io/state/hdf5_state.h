@@ -43,8 +43,11 @@ bool hdf5_state_available();
 
 class Hdf5StateWriter final : public StateWriter {
 public:
-  // Creates (or truncates) `path` on every rank of `comm` collectively.
-  Hdf5StateWriter(const std::string& path, MPI_Comm comm);
+  // Creates (or truncates) `path` on every rank of `comm` collectively. A write the OS refuses
+  // (a full disk, a quota, EIO, ...) is an error naming the file and the OS reason, with what to
+  // do (io::write_error_text); `dest` names where the file goes there (a config key, e.g.
+  // "checkpoint.output_dir"; "" = the disk).
+  Hdf5StateWriter(const std::string& path, MPI_Comm comm, const std::string& dest = "");
   ~Hdf5StateWriter() override; // closes without throwing (call close() to see errors)
   Hdf5StateWriter(const Hdf5StateWriter&) = delete;
   Hdf5StateWriter& operator=(const Hdf5StateWriter&) = delete;
@@ -73,6 +76,7 @@ private:
                    const std::vector<Slab>& slabs);
 
   std::string path_;
+  std::string dest_; // where the file goes, for the errors of a full disk
   bool mpi_ = false; // MPI-IO; false: a process without MPI writes the file alone
   int rank_ = 0;
   int64_t file_ = -1; // hid_t

@@ -61,8 +61,10 @@ int cmd_train(const std::vector<std::string>& args) {
     std::printf("%s", train::train_config_keys_markdown().c_str());
     return 0;
   }
-  const train::FaultInjection fault =
-      fault_spec.empty() ? train::FaultInjection{} : train::parse_fault_injection(fault_spec);
+  // Given at all, even as "", it is parsed (an empty value is refused, not read as no fault).
+  const train::FaultInjection fault = app.count("--inject-fault") == 0
+                                          ? train::FaultInjection{}
+                                          : train::parse_fault_injection(fault_spec);
   const bool builtin_demo = config_path.empty();
   train::TrainConfig config = builtin_demo
                                   ? train::parse_train_config(train::builtin_demo_config_toml(),

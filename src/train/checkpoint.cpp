@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
+#include "io/state/atomic_file.h"
 #include "io/state/hdf5_state.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
@@ -39,6 +39,9 @@ std::string exact_key(const io::StateReader& in, const model::StoredTensors& kep
   return master;
 }
 
+// Where checkpoints go: named in the errors of a full disk.
+constexpr const char* kOutputDir = "checkpoint.output_dir";
+
 void check_hdf5_build() {
   VLM_CHECK(io::hdf5_state_available(),
             "checkpoint.format = \"hdf5\": this build has no parallel HDF5 (it needs MPI and "
@@ -48,7 +51,8 @@ void check_hdf5_build() {
 }
 
 // Flushes a file or folder to the storage device (a crash of the node must not lose the rename
-// of a checkpoint whose data is still in the page cache).
+// of a checkpoint whose data is still in the page cache). A network file system may report a full
+// disk only here.
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   VLM_CHECK(fd >= 0, "checkpoint: cannot open ", path.string(),
@@ -56,14 +60,14 @@ void fsync_path(const fs::path& path) {
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  VLM_CHECK(rc == 0, "checkpoint: flushing ", path.string(), " failed: ", std::strerror(err));
+  VLM_CHECK(rc == 0, "checkpoint: cannot write ", path.string(),
+            " (flushing it failed): ", io::write_error_text(err, kOutputDir));
 }
 
+// A small file of the checkpoint (its own .tmp renamed into place: never half-written).
 void write_file(const fs::path& path, const std::string& contents) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << contents;
-  f.close();
-  VLM_CHECK(f, "checkpoint: cannot write ", path.string(), ": ", std::strerror(errno));
+  io::write_file_atomic(path.string(), {{contents.data(), contents.size()}}, "checkpoint",
+                        kOutputDir);
 }
 
 // Rank 0: an empty step_N.tmp, with every other leftover .tmp of a crashed save removed (a
@@ -145,7 +149,7 @@ std::string save_checkpoint(const TrainState& state, const CheckpointSave& save,
   if (rank0) prepare_tmp_dir(save.output_dir, tmp);
   world.barrier();
   {
-    io::Hdf5StateWriter out(file.string(), MPI_COMM_WORLD);
+    io::Hdf5StateWriter out(file.string(), MPI_COMM_WORLD, kOutputDir);
     state.save(out);
     out.write_json("config", save.config);
     out.write_json("hf_config", save.hf_config);

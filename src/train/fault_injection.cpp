@@ -49,6 +49,12 @@ const char* point_text(FaultInjection::Point p) {
 } // namespace
 
 FaultInjection parse_fault_injection(const std::string& text) {
+  // An empty value (`--inject-fault ""`, or a variable that was not set) asked for a fault:
+  // refused, never read as "no fault".
+  VLM_CHECK(text.find_first_not_of(" \t\n\r") != std::string::npos, "--inject-fault \"", text,
+            "\": empty; expected KIND:RANK:STEP[:POINT] (e.g. signal:0:4) with KIND error, crash, "
+            "kill, hang or signal, RANK >= 0, STEP >= 1 and POINT step, save-writing, save-closed "
+            "or save-renamed");
   std::vector<std::string> parts;
   for (size_t begin = 0;;) {
     const size_t end = text.find(':', begin);

@@ -103,12 +103,15 @@ void TrainState::restore_loader(const nlohmann::json& saved) const {
                "carry over: the data starts over from its beginning");
     return;
   }
-  // The error names the checkpoint's document: the saved position is what does not fit.
+  // The error names the checkpoint's document and this run's data: the saved position is what
+  // does not fit (load_checkpoint adds the checkpoint's folder).
   try {
     loader->restore(io::LoaderState::from_json(saved.at(size_t(rank))));
   } catch (const Error& e) {
     VLM_FAIL("/state 'loaders'[", rank, "] (the data position saved for data-parallel rank ", rank,
-             ") does not fit this run's data: ", e.what());
+             ") does not fit data.data_path = '", loader->config().dataset, "' split '",
+             loader->config().split,
+             "' (the checkpoint was saved for other data, or is damaged): ", e.what());
   }
 }
 

@@ -206,6 +206,21 @@ TEST_CASE("train state: a damaged state is refused, naming the key, before anyth
       refused(forged(saved, [&](const std::string& key, Tensor&,
                                 nlohmann::json&) { return key != "optim/" + w + "/exp_avg"; })),
       Contains("'optim/" + w + "/exp_avg' is missing"));
+  // A loader position past the data: the document's key, this run's data and the field, not a
+  // dataset error at the first read (issue 50); a negative count.
+  const auto loader_edit = [&](const std::string& field, const nlohmann::json& value) {
+    return refused(forged(saved, [&](const std::string& key, Tensor&, nlohmann::json& j) {
+      if (key == "state") j["loaders"][0]["workers"][0][field] = value;
+      return true;
+    }));
+  };
+  CHECK_THAT(loader_edit("packer_buffer", nlohmann::json::array({1000000})),
+             Contains("/state 'loaders'[0]") &&
+                 Contains("does not fit data.data_path = '" + data) &&
+                 Contains("saved for other data, or is damaged") &&
+                 Contains("workers[0].packer_buffer[0] = 1000000 is out of range: it is sample "
+                          "1000000 of 'demo_data' split 'train' ("));
+  CHECK_THAT(loader_edit("samples", -2), Contains("workers[0].samples = -2 is negative"));
   // Refused before anything changed.
   CHECK(fresh.model().find_parameter(w).to_doubles() == before);
 }

@@ -245,6 +245,17 @@ class Gen:
             ("loaders_rows_huge",
              edit_state(lambda s: s["loaders"][0].update(next_worker=10 ** 15)), ["'loaders'"],
              "ok"),
+            # A sample id past the data in the packing buffer: the checkpoint and the key are
+            # named, not only the dataset (issue 50); a negative id and a negative count.
+            ("loaders_packer_past_data",
+             edit_state(lambda s: s["loaders"][0]["workers"][0].update(packer_buffer=[10 ** 6])),
+             ["step_000006: /state 'loaders'[0]"], "ok"),
+            ("loaders_packer_negative",
+             edit_state(lambda s: s["loaders"][0]["workers"][0].update(packer_buffer=[-1])),
+             ["workers[0].packer_buffer[0] = -1 is out of range"], "ok"),
+            ("loaders_rows_negative",
+             edit_state(lambda s: s["loaders"][0]["workers"][0].update(rows=-3)),
+             ["workers[0].rows = -3 is negative"], "ok"),
             ("state_list", lambda f: set_json(f, "state", [1, 2]), ["/state", "'state'"], "ok"),
             ("state_not_json", lambda f: set_json(f, "state", None, "{{{"), ["'state'"], "ok"),
             ("state_vlen", lambda f: replace(f, "state", json.dumps(state_json(f)),
@@ -608,10 +619,11 @@ class Gen:
             n[0] += 1
             d = self.case_dir("layout_%02d" % n[0])
             cmd = self.train(d, os.path.join(d, "out"), *sets, ranks=ranks)
-            if fault:
+            if fault is not None:
                 cmd += ["--inject-fault", fault]
             add("layout_%02d_%s" % (n[0], "_".join(s.split("=")[0].split(".")[-1] for s in sets)
-                                    + ("_fault" if fault else "")), g, cmd, expect, names,
+                                    + ("_fault" if fault is not None else "")), g, cmd, expect,
+                names,
                 env=MPI_ENV if ranks > 1 else None, **kw)
 
         fsdp = "parallel.data_parallel=fsdp"
@@ -644,6 +656,9 @@ class Gen:
         case([fsdp], 2, "rc", [], fault="signal:0:3", rc=75)
         case([], 1, "error", ["--inject-fault"], fault="error:1:1")
         case([], 1, "error", ["--inject-fault"], fault="error:0:0")
+        # Given but empty (a variable that was not set): refused, not read as "no fault".
+        case([], 1, "error", ['--inject-fault "": empty; expected KIND:RANK:STEP'], fault="")
+        case([], 1, "error", ['--inject-fault "  ": empty'], fault="  ")
         # A fault at a step the resumed run never trains.
         d = self.case_dir("layout_fault_before_resume")
         out = self.copy_run(self.stopped, d)
