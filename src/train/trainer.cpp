@@ -108,6 +108,15 @@ TrainConfig model_sources(TrainConfig c, const std::string& resumed_from) {
   return c;
 }
 
+// A new run from an HF snapshot: a model.model_dir that is not there is said as such, with where
+// snapshots come from (not as the first file some reader misses).
+void check_model_dir(const TrainConfig& c) {
+  if (!c.model.preset.empty()) return;
+  VLM_CHECK(fs::is_directory(c.model.model_dir), "config: model.model_dir = \"", c.model.model_dir,
+            "\" is not a folder: download the HF snapshot on a login node (`hf download <repo> "
+            "--local-dir DIR`) and check it there with `vlmtrain check-model DIR`");
+}
+
 // Describes the model (a preset, the snapshot's or the checkpoint's config.json) and freezes what
 // the config freezes (before FSDP: frozen parameters are not sharded). Nothing is allocated yet:
 // the weights fill the model after parallelize(), each rank its own parts (fill_weights).
@@ -262,6 +271,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   // checkpoint.resume first: a resumed run reads the checkpoint alone (model_sources), and its
   // weights, masters and moments only from the checkpoint's state.h5 (resume() below).
   resumed_from_ = resolve_resume(c.checkpoint.resume, c.checkpoint.output_dir);
+  if (resumed_from_.empty()) check_model_dir(c);
   const TrainConfig sources = model_sources(c, resumed_from_);
   data_ = std::make_unique<Data>(
       Data{io::Tokenizer::from_file(sources.model.tokenizer), {}, sources.model.tokenizer, {}});

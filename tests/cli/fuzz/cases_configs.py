@@ -150,6 +150,11 @@ class ConfigCases:
         add("config_missing", "config file",
             ["@BIN@", "train", "--config", os.path.join(self.out, "no_such.toml")], "error",
             ["no_such.toml"])
+        # A model.model_dir that was never downloaded: said as such, not as a missing tokenizer.
+        d = self.case_dir("model_dir_missing")
+        add("model_dir_missing", "config file",
+            self.train(d, model=os.path.join(d, "no_snapshot"), tok=os.path.join(d, "no_snapshot")),
+            "error", ["model.model_dir = \"%s\" is not a folder" % os.path.join(d, "no_snapshot")])
         # A packing plan that is garbage, or made for another seq_len.
         d = self.case_dir("plan_garbage")
         write(os.path.join(d, "garbage.bin"), bytes(self.rng.randrange(256) for _ in range(4096)))
