@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/state/safetensors.h"
+#include "model/hf_weight_plan.h"
 #include "parallel/param_layout.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
@@ -26,66 +27,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Where each tensor of a snapshot lives.
-struct SnapshotTensors {
+// The snapshot's files, memory-mapped once the plan has passed: each tensor's data by name.
+struct MappedSnapshot {
+  const HfWeightPlan& plan;
   std::vector<std::unique_ptr<io::SafetensorsFile>> files;
-  std::map<std::string, const io::TensorInfo*> tensors;
-  std::map<std::string, std::string> file_of; // tensor name -> file name (for messages)
-  std::vector<std::string> problems;          // index entries that do not resolve
-};
 
-SnapshotTensors open_snapshot(const fs::path& dir) {
-  SnapshotTensors s;
-  const fs::path index = dir / "model.safetensors.index.json", single = dir / "model.safetensors";
-  if (fs::exists(index)) {
-    nlohmann::json j;
-    std::ifstream in(index);
-    VLM_CHECK(in.good(), index.string(), ": cannot open");
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      VLM_FAIL(index.string(), ": invalid JSON: ", e.what());
-    }
-    VLM_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
-              index.string(), ": missing the object 'weight_map' (tensor name -> file)");
-    std::map<std::string, io::SafetensorsFile*> by_file;
-    for (const auto& [name, file_json] : j["weight_map"].items()) {
-      VLM_CHECK(file_json.is_string(), index.string(), ": weight_map['", name,
-                "'] must be a file name, got ", file_json.dump());
-      const std::string file = file_json.get<std::string>();
-      auto it = by_file.find(file);
-      if (it == by_file.end()) {
-        const fs::path path = dir / file;
-        VLM_CHECK(fs::exists(path), index.string(), ": weight_map names '", file, "' (for tensor '",
-                  name, "' and maybe others), but ", path.string(), " does not exist");
-        s.files.push_back(std::make_unique<io::SafetensorsFile>(path.string()));
-        it = by_file.emplace(file, s.files.back().get()).first;
-      }
-      if (!it->second->contains(name)) {
-        s.problems.push_back("  listed in the index but absent from its file: " + name + " (" +
-                             file + ")");
-        continue;
-      }
-      s.tensors[name] = &it->second->get(name);
-      s.file_of[name] = file;
-    }
-  } else if (fs::exists(single)) {
-    s.files.push_back(std::make_unique<io::SafetensorsFile>(single.string()));
-    for (const auto& name : s.files.back()->names()) {
-      s.tensors[name] = &s.files.back()->get(name);
-      s.file_of[name] = "model.safetensors";
-    }
-  } else {
-    VLM_FAIL(dir.string(), ": no model.safetensors or model.safetensors.index.json (expected an "
-                           "HF snapshot directory)");
+  MappedSnapshot(const HfWeightPlan& p, const fs::path& dir) : plan(p) {
+    for (const SnapshotFile& f : plan.files)
+      files.push_back(std::make_unique<io::SafetensorsFile>((dir / f.name).string()));
   }
-  return s;
-}
+  const io::TensorInfo& get(const std::string& name) const {
+    return files[plan.tensors.at(name).file]->get(name);
+  }
+};
 
 // An owned, aligned copy of a (possibly unaligned) mapped tensor.
 Tensor to_tensor(const io::TensorInfo& info) {
@@ -121,16 +75,6 @@ Tensor read_box(const io::TensorInfo& info, const parallel::ParamBox& box, int64
   return out;
 }
 
-bool is_loadable_float(DType t) {
-  return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
-}
-
-bool has_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
-  for (const auto& p : prefixes)
-    if (name.compare(0, p.size(), p) == 0) return true;
-  return false;
-}
-
 } // namespace
 
 StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
@@ -143,69 +87,30 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
                               const std::map<std::string, parallel::ParamLayout>* layouts,
                               int64_t* bytes_read) {
   const fs::path dir = dir_name;
-  VLM_CHECK(fs::is_directory(dir), dir_name, ": not a directory (expected an HF snapshot)");
-  SnapshotTensors snap = open_snapshot(dir);
-
-  // Checked against the declared shapes before anything is allocated: a config.json whose sizes
-  // disagree with the weights (a typo'd hidden_size of 10^6) fails here, not in the allocator.
-  std::set<std::string> names;
-  std::vector<std::string> missing, wrong, unexpected;
-  for (const nn::ParameterSpec& p : model.parameter_specs()) {
-    names.insert(p.name);
-    auto it = snap.tensors.find(p.name);
-    if (it == snap.tensors.end()) {
-      missing.push_back("  missing: " + p.name + " " + shape_str(p.shape));
-      continue;
-    }
-    const io::TensorInfo& info = *it->second;
-    if (info.shape != p.shape)
-      wrong.push_back("  wrong shape: " + p.name + " in " + snap.file_of[p.name] + ": expected " +
-                      shape_str(p.shape) + ", stored " + shape_str(info.shape));
-    else if (!is_loadable_float(info.dtype))
-      wrong.push_back("  wrong dtype: " + p.name + " in " + snap.file_of[p.name] + ": stored " +
-                      dtype_name(info.dtype) + ", expected a float type (F32, BF16, F16, F64)");
-  }
-  const bool tied_head = !names.count("lm_head.weight") && names.count("model.embed_tokens.weight");
-  for (const auto& [name, info] : snap.tensors) {
-    if (names.count(name)) continue;
-    if (name == "lm_head.weight" && tied_head) {
-      if (layouts) { // comparing would read both whole on every rank
-        log_info(dir_name, ": ignoring lm_head.weight (", snap.file_of[name],
-                 "): the model ties its head to model.embed_tokens.weight");
-        continue;
-      }
-      const auto e = snap.tensors.find("model.embed_tokens.weight");
-      const bool same = e != snap.tensors.end() && e->second->dtype == info->dtype &&
-                        e->second->shape == info->shape &&
-                        std::memcmp(e->second->data, info->data, info->nbytes) == 0;
-      log_info(dir_name, ": ignoring lm_head.weight (", snap.file_of[name],
-               "): the model ties its head to model.embed_tokens.weight; the stored head ",
-               same ? "is identical to it"
-                    : "DIFFERS from it and is dropped, as transformers does");
-      continue;
-    }
-    if (ends_with(name, "rotary_emb.inv_freq")) {
+  // Checked against the declared shapes before anything is allocated or read: a config.json whose
+  // sizes disagree with the weights (a typo'd hidden_size of 10^6) fails here, not in the
+  // allocator, and a truncated download before its bytes are touched.
+  const HfWeightPlan plan = plan_hf_weights(model.parameter_specs(), dir_name, carried_prefixes);
+  if (plan.problem_count()) VLM_FAIL(plan.problems_message(dir_name, model.type_name()));
+  const MappedSnapshot snap(plan, dir);
+  for (const std::string& name : plan.ignored) {
+    if (name != "lm_head.weight") {
       log_debug(dir_name, ": ignoring the buffer ", name, " (recomputed from rope_theta)");
       continue;
     }
-    if (has_prefix(name, carried_prefixes)) {
-      if (!is_loadable_float(info->dtype))
-        wrong.push_back("  wrong dtype: " + name + " in " + snap.file_of[name] + ": stored " +
-                        dtype_name(info->dtype) + ", expected a float type (F32, BF16, F16, F64)");
+    const std::string& file = plan.files[plan.tensors.at(name).file].name;
+    if (layouts) { // comparing would read both whole on every rank
+      log_info(dir_name, ": ignoring lm_head.weight (", file,
+               "): the model ties its head to model.embed_tokens.weight");
       continue;
     }
-    unexpected.push_back("  unexpected: " + name + " in " + snap.file_of[name] + " " +
-                         shape_str(info->shape));
-  }
-  const size_t problems = missing.size() + wrong.size() + unexpected.size() + snap.problems.size();
-  if (problems) {
-    std::ostringstream os;
-    os << dir_name << ": the snapshot does not match the " << model.type_name() << " ("
-       << missing.size() << " missing, " << unexpected.size() << " unexpected, " << wrong.size()
-       << " wrong shape/dtype, " << snap.problems.size() << " unresolved index entries):";
-    for (const auto* list : {&missing, &unexpected, &wrong, &snap.problems})
-      for (const auto& line : *list) os << "\n" << line;
-    VLM_FAIL(os.str());
+    const io::TensorInfo& head = snap.get(name);
+    const io::TensorInfo& embed = snap.get("model.embed_tokens.weight");
+    const bool same = embed.dtype == head.dtype && embed.shape == head.shape &&
+                      std::memcmp(embed.data, head.data, head.nbytes) == 0;
+    log_info(dir_name, ": ignoring lm_head.weight (", file,
+             "): the model ties its head to model.embed_tokens.weight; the stored head ",
+             same ? "is identical to it" : "DIFFERS from it and is dropped, as transformers does");
   }
 
   model.materialize(); // no-op for a parallelized model (its local parts are allocated)
@@ -215,7 +120,7 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
   int64_t stored_elements = 0, exact_elements = 0;
   std::set<std::string> exact_names;
   for (const auto& p : params) {
-    const io::TensorInfo& info = *snap.tensors.at(p.name);
+    const io::TensorInfo& info = plan.info(p.name);
     stored_elements += vlm::numel(info.shape);
     if (!holds_all_of(p.tensor.dtype(), info.dtype)) {
       exact_names.insert(p.name);
@@ -232,7 +137,7 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
   int64_t read = 0;
   NoGradGuard no_grad;
   for (const auto& p : params) {
-    const io::TensorInfo& info = *snap.tensors.at(p.name);
+    const io::TensorInfo& info = snap.get(p.name);
     stored.dtypes[p.name] = info.dtype;
     Tensor dst = p.tensor;
     // This rank's boxes only, when it holds a part.
@@ -254,11 +159,11 @@ StoredTensors load_hf_weights(nn::Module& model, const std::string& dir_name,
     copy_(dst, value.to(dst.dtype()).to(dst.device())); // converted on the host
     if (exact_names.count(p.name)) stored.exact[p.name] = value;
   }
-  for (const auto& [name, info] : snap.tensors)
-    if (!names.count(name) && has_prefix(name, carried_prefixes)) {
-      stored.carried[name] = to_tensor(*info);
-      read += int64_t(info->nbytes);
-    }
+  for (const std::string& name : plan.carried) {
+    const io::TensorInfo& info = snap.get(name);
+    stored.carried[name] = to_tensor(info);
+    read += int64_t(info.nbytes);
+  }
   if (bytes_read) *bytes_read = read;
   std::string carried;
   if (!stored.carried.empty()) {

@@ -21,12 +21,14 @@ namespace vlm::model {
 // present, else `model.safetensors`. Files are memory-mapped (io::SafetensorsFile) and each tensor
 // is converted from its stored dtype (F32, BF16, F16, F64) to the parameter's dtype.
 //
-// Any mismatch is ONE vlm::Error that lists every problem: each parameter missing from the
-// snapshot (with its expected shape), each tensor in the snapshot the model does not have (with
-// its file and shape), each tensor of the wrong shape (file, expected vs stored shape) or of a
-// non-float dtype. Tolerated with a log line, as transformers does: `lm_head.weight` in a model
-// whose head is tied to `model.embed_tokens.weight` (HF tied checkpoints omit it; when present it
-// is ignored — the line says whether it equals the embeddings) and legacy
+// The snapshot is checked from its headers before anything is allocated or read
+// (model/hf_weight_plan.h: the check `vlmtrain check-model` runs). Any mismatch is ONE vlm::Error
+// that lists every problem: each truncated, missing or unreadable file, each parameter missing
+// from the snapshot (with its expected shape), each tensor in the snapshot the model does not
+// have (with its file and shape), each tensor of the wrong shape (file, expected vs stored shape)
+// or of a non-float dtype. Tolerated with a log line, as transformers does: `lm_head.weight` in a
+// model whose head is tied to `model.embed_tokens.weight` (HF tied checkpoints omit it; when
+// present it is ignored — the line says whether it equals the embeddings) and legacy
 // `*.rotary_emb.inv_freq` buffers. Nothing is modified unless the whole check passes.
 // Returns each parameter's stored dtype and, kept raw, every tensor whose name starts with one of
 // `carried_prefixes` (CausalLM::carried_prefixes(); a float dtype is required of them too).

@@ -68,11 +68,11 @@ struct Fd {
   }
 };
 
-// The header entry of tensor `key` (error prefix `where`), checked against the data region
-// [data, data + data_len): a known dtype, a non-negative shape, and offsets that hold exactly its
-// bytes.
+// The header entry of tensor `key` (error prefix `where`): a known dtype, a non-negative shape, and
+// offsets that hold exactly its bytes; returns it with its first byte in `begin`. Whether those
+// bytes lie inside the file is the caller's check (a truncated file is told apart).
 TensorInfo tensor_entry(const std::string& where, const std::string& key,
-                        const nlohmann::json& entry, const unsigned char* data, uint64_t data_len) {
+                        const nlohmann::json& entry, uint64_t* begin) {
   VLM_CHECK(entry.is_object(), where, ": entry is not an object");
   for (const char* field : {"dtype", "shape", "data_offsets"})
     VLM_CHECK(entry.contains(field), where, ": missing '", field, "'");
@@ -97,42 +97,130 @@ TensorInfo tensor_entry(const std::string& where, const std::string& key,
   }
 
   const auto& joff = entry["data_offsets"];
-  uint64_t begin = 0, end = 0;
-  VLM_CHECK(joff.is_array() && joff.size() == 2 && get_u64(joff[0], &begin) &&
+  uint64_t end = 0;
+  VLM_CHECK(joff.is_array() && joff.size() == 2 && get_u64(joff[0], begin) &&
                 get_u64(joff[1], &end),
             where, ": 'data_offsets' ", joff.dump(), " must be [begin, end]");
-  VLM_CHECK(begin <= end && end <= data_len, where, ": data_offsets [", begin, ", ", end,
-            "] out of range of the data region of ", data_len, " bytes");
+  VLM_CHECK(*begin <= end, where, ": data_offsets [", *begin, ", ", end, "] out of order");
   uint64_t expected = 0;
   VLM_CHECK(byte_size(t.shape, t.dtype, &expected), where, ": shape ", shape_str(t.shape),
             " overflows");
-  VLM_CHECK(end - begin == expected, where, ": data_offsets [", begin, ", ", end, "] hold ",
-            end - begin, " bytes, but ", safetensors_dtype_name(t.dtype), " ", shape_str(t.shape),
+  VLM_CHECK(end - *begin == expected, where, ": data_offsets [", *begin, ", ", end, "] hold ",
+            end - *begin, " bytes, but ", safetensors_dtype_name(t.dtype), " ", shape_str(t.shape),
             " needs ", expected);
-  t.data = data + begin;
   t.nbytes = size_t(expected);
   return t;
 }
 
-// Puts the tensors in file order; the sort also lets us reject overlapping ranges in one pass.
-void sort_and_check_overlaps(std::vector<TensorInfo>& tensors, const unsigned char* data,
-                             const std::string& file) {
-  auto offset = [&](const TensorInfo& t) {
-    return static_cast<const unsigned char*>(t.data) - data;
-  };
-  std::sort(tensors.begin(), tensors.end(), [&](const TensorInfo& a, const TensorInfo& b) {
-    return offset(a) != offset(b) ? offset(a) < offset(b) : a.name < b.name;
-  });
-  const TensorInfo* prev = nullptr; // the last non-empty tensor
-  for (const TensorInfo& t : tensors) {
-    if (t.nbytes == 0) continue;
-    VLM_CHECK(!prev || offset(*prev) + ptrdiff_t(prev->nbytes) <= offset(t), file, ", tensor '",
-              t.name, "': data overlaps tensor '", prev->name, "'");
-    prev = &t;
+std::string file_label(const std::string& path) { return "safetensors file '" + path + "'"; }
+
+// The header's length from the file's first 8 bytes, checked against the file's size and the limit.
+uint64_t header_length(const std::string& path, const unsigned char* first8, uint64_t file_size) {
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; i++) header_len |= uint64_t(first8[i]) << (8 * i);
+  VLM_CHECK(header_len <= file_size - 8, file_label(path), ": header length ", header_len,
+            " exceeds the file size of ", file_size, " bytes (truncated file?)");
+  VLM_CHECK(header_len <= kMaxHeaderBytes, file_label(path), ": header length ", header_len,
+            " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  return header_len;
+}
+
+// The JSON header (`len` bytes at `json`) of the file `path` of `file_size` bytes: every check but
+// the tensors' range against the file's size. Tensors in file order (ties, i.e. empty tensors, by
+// name); overlapping ranges are rejected.
+SafetensorsHeader parse_header_json(const std::string& path, const unsigned char* json,
+                                    uint64_t len, uint64_t file_size) {
+  const std::string file = file_label(path);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(json, json + len);
+  } catch (const nlohmann::json::exception& e) {
+    VLM_FAIL(file, ": invalid JSON header: ", e.what());
   }
+  VLM_CHECK(header.is_object(), file, ": the JSON header is not an object");
+
+  SafetensorsHeader h;
+  h.path = path;
+  h.file_size = file_size;
+  h.data_begin = 8 + len;
+  struct Entry {
+    TensorInfo info;
+    uint64_t begin;
+  };
+  std::vector<Entry> entries;
+  for (const auto& [key, entry] : header.items()) {
+    if (key == "__metadata__") {
+      VLM_CHECK(entry.is_object(), file, ": __metadata__ is not an object");
+      for (const auto& [mk, mv] : entry.items()) {
+        VLM_CHECK(mv.is_string(), file, ": __metadata__ value of '", mk, "' is not a string");
+        h.metadata[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    uint64_t begin = 0;
+    TensorInfo t = tensor_entry(file + ", tensor '" + key + "'", key, entry, &begin);
+    entries.push_back({std::move(t), begin});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.info.name < b.info.name;
+  });
+  const Entry* prev = nullptr; // the last non-empty tensor
+  for (const Entry& e : entries) {
+    if (e.info.nbytes == 0) continue;
+    VLM_CHECK(!prev || prev->begin + prev->info.nbytes <= e.begin, file, ", tensor '", e.info.name,
+              "': data overlaps tensor '", prev->info.name, "'");
+    prev = &e;
+  }
+  for (Entry& e : entries) {
+    h.tensors.push_back(std::move(e.info));
+    h.offsets.push_back(e.begin);
+  }
+  return h;
 }
 
 } // namespace
+
+uint64_t SafetensorsHeader::needed_size() const {
+  uint64_t end = 0; // a tensor's end is at most 2^64 - 1 (the header's numbers): no overflow
+  for (size_t i = 0; i < tensors.size(); i++) end = std::max(end, offsets[i] + tensors[i].nbytes);
+  uint64_t size = 0;
+  return __builtin_add_overflow(data_begin, end, &size) ? UINT64_MAX : size;
+}
+
+bool SafetensorsHeader::cut_off(size_t i) const {
+  return offsets[i] + tensors[i].nbytes > file_size - data_begin; // data_begin <= file_size
+}
+
+const TensorInfo* SafetensorsHeader::first_cut_off() const {
+  for (size_t i = 0; i < tensors.size(); i++)
+    if (cut_off(i)) return &tensors[i];
+  return nullptr;
+}
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  VLM_CHECK(f.fd >= 0, file_label(path), ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  VLM_CHECK(::fstat(f.fd, &st) == 0, file_label(path), ": cannot stat: ", std::strerror(errno));
+  const uint64_t size = uint64_t(st.st_size);
+  VLM_CHECK(size >= 8, file_label(path), ": ", size,
+            " bytes, too short for the 8-byte header length (truncated file?)");
+  auto read_at = [&](unsigned char* dst, uint64_t n, uint64_t at) {
+    for (uint64_t done = 0; done < n;) {
+      const ssize_t r = ::pread(f.fd, dst + done, size_t(n - done), off_t(at + done));
+      VLM_CHECK(r > 0 || (r < 0 && errno == EINTR), file_label(path), ": cannot read the header: ",
+                r == 0 ? "unexpected end of file" : std::strerror(errno));
+      if (r > 0) done += uint64_t(r);
+    }
+  };
+  unsigned char first8[8];
+  read_at(first8, 8, 0);
+  const uint64_t len = header_length(path, first8, size);
+  std::vector<unsigned char> json(len);
+  read_at(json.data(), len, 8);
+  return parse_header_json(path, json.data(), len, size);
+}
 
 DType safetensors_dtype(const std::string& name) {
   for (const auto& d : kDTypeNames)
@@ -199,37 +287,22 @@ void SafetensorsFile::unmap() noexcept {
 
 void SafetensorsFile::parse_header() {
   const auto* bytes = static_cast<const unsigned char*>(map_);
-  uint64_t header_len = 0;
-  for (int i = 0; i < 8; i++) header_len |= uint64_t(bytes[i]) << (8 * i);
-  const std::string file = "safetensors file '" + path_ + "'";
-  VLM_CHECK(header_len <= map_size_ - 8, file, ": header length ", header_len,
-            " exceeds the file size of ", map_size_, " bytes (truncated file?)");
-  VLM_CHECK(header_len <= kMaxHeaderBytes, file, ": header length ", header_len,
-            " exceeds the limit of ", kMaxHeaderBytes, " bytes");
-
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    VLM_FAIL(file, ": invalid JSON header: ", e.what());
+  const uint64_t len = header_length(path_, bytes, map_size_);
+  SafetensorsHeader h = parse_header_json(path_, bytes + 8, len, map_size_);
+  if (const TensorInfo* cut = h.first_cut_off()) {
+    const size_t i = size_t(cut - h.tensors.data());
+    VLM_FAIL(file_label(path_), ", tensor '", cut->name, "': data_offsets [", h.offsets[i], ", ",
+             h.offsets[i] + cut->nbytes, "] out of range of the data region of ",
+             map_size_ - h.data_begin, " bytes: the file has ", map_size_,
+             " bytes, its header needs ", h.needed_size(), " (truncated file?)");
   }
-  VLM_CHECK(header.is_object(), file, ": the JSON header is not an object");
-
-  const unsigned char* data = bytes + 8 + header_len;
-  const uint64_t data_len = map_size_ - 8 - header_len;
-  for (const auto& [key, entry] : header.items()) {
-    if (key == "__metadata__") {
-      VLM_CHECK(entry.is_object(), file, ": __metadata__ is not an object");
-      for (const auto& [mk, mv] : entry.items()) {
-        VLM_CHECK(mv.is_string(), file, ": __metadata__ value of '", mk, "' is not a string");
-        metadata_[mk] = mv.get<std::string>();
-      }
-      continue;
-    }
-    tensors_.push_back(tensor_entry(file + ", tensor '" + key + "'", key, entry, data, data_len));
+  const unsigned char* data = bytes + h.data_begin;
+  tensors_ = std::move(h.tensors);
+  metadata_ = std::move(h.metadata);
+  for (size_t i = 0; i < tensors_.size(); i++) {
+    tensors_[i].data = data + h.offsets[i];
+    index_.emplace(tensors_[i].name, i);
   }
-  sort_and_check_overlaps(tensors_, data, file);
-  for (size_t i = 0; i < tensors_.size(); i++) index_.emplace(tensors_[i].name, i);
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -30,6 +30,28 @@ struct TensorInfo {
 DType safetensors_dtype(const std::string& name);
 const char* safetensors_dtype_name(DType t);
 
+// The header of a safetensors file, read with pread: its data region is neither mapped nor read
+// (`vlmtrain check-model` checks a snapshot of any size in a few MB). Fully validated as
+// SafetensorsFile validates it, except that tensors may lie past the end of the file: the file's
+// size against needed_size() / first_cut_off() tells a truncated download.
+struct SafetensorsHeader {
+  std::string path;
+  uint64_t file_size = 0;
+  uint64_t data_begin = 0;         // 8 + the header's length: where the data region starts
+  std::vector<TensorInfo> tensors; // file order (by data offset); `data` is null
+  std::vector<uint64_t> offsets;   // each tensor's first byte, relative to data_begin
+  std::map<std::string, std::string> metadata;
+
+  // The size of the complete file: data_begin + the end of its last tensor.
+  uint64_t needed_size() const;
+  // Whether tensor i's bytes go past the end of the file.
+  bool cut_off(size_t i) const;
+  // The first tensor (file order) whose bytes go past the end of the file; null when none.
+  const TensorInfo* first_cut_off() const;
+};
+
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
 // A read-only, memory-mapped safetensors file. The header is fully validated on open; every
 // error is a vlm::Error naming the file and, where there is one, the tensor key.
 class SafetensorsFile {

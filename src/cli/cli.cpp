@@ -8,6 +8,7 @@
 #include "model/model_spec.h"
 #include "src/base/check.h"
 #include "src/cli/args.h"
+#include "src/cli/cmd_check_model.h"
 #include "src/cli/cmd_data.h"
 #include "src/cli/cmd_dump.h"
 #include "src/cli/cmd_export.h"
@@ -55,6 +56,10 @@ const Command kCommands[] = {
      "Qwen3-VL on `data make-demo` data)",
      cmd_train},
     {"export", "an HF snapshot for transformers from a checkpoint", cmd_export},
+    {"check-model",
+     "check an HF snapshot folder (config, tensors, tokenizer, processor) before the queue, "
+     "reading no weights",
+     cmd_check_model},
     {"data", "dataset tools: make-demo, inspect, pack", cmd_data},
     {"tokenize", "JSON lines {\"text\"} <-> {\"ids\"} on stdin/stdout", cmd_tokenize},
     {"dump", "one forward (+ backward) of an HF snapshot: logits, loss, grads to safetensors",
