@@ -70,9 +70,11 @@ int cmd_train(const std::vector<std::string>& args) {
                                   ? train::parse_train_config(train::builtin_demo_config_toml(),
                                                               "built-in demo config", overrides)
                                   : train::load_train_config(config_path, overrides);
-  // MPI (a single process without a launcher is a world of one); rank 0 makes the demo data.
+  // MPI (a single process without a launcher is a world of one); rank 0 makes the demo data
+  // (data.make_demo: the built-in demo and the demo configs).
   auto world = parallel::world_group();
-  if (builtin_demo && world->rank() == 0 && !std::filesystem::exists(config.data.data_path)) {
+  if (config.data.make_demo && world->rank() == 0 &&
+      !std::filesystem::exists(config.data.data_path)) {
     log_info("demo: creating the demo dataset in ", config.data.data_path,
              " (vlmtrain data make-demo)");
     demo::make_demo_dataset(config.data.data_path);

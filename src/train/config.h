@@ -170,6 +170,8 @@ const char* grad_reduce_name(GradReduce g);
 
 #define VLM_TRAIN_CONFIG_DATA(X)                                                                   \
   X(std::string, data_path, "", any(), "Energon dataset folder or metadataset .yaml (required)")   \
+  X(bool, make_demo, false, any(),                                                                 \
+    "when data_path does not exist, make the demo dataset there first (the demo configs)")        \
   X(std::string, train_split, "train", any(), "split to train on")                                 \
   X(std::string, val_split, "val", any(), "split to evaluate on (training.eval_steps)")            \
   X(int64_t, seq_len, 4096, within(2, io::kMaxSeqLen), "tokens per packed row")                    \

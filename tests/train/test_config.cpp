@@ -466,6 +466,7 @@ TEST_CASE("config: to_toml round trip and to_json", "[train][config]") {
   t.max_skipped_steps = 0;
   auto& d = c.data;
   d.data_path = "/data/x.yaml";
+  d.make_demo = true;
   d.train_split = "tr";
   d.val_split = "va";
   d.seq_len = 16144;
