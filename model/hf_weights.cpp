@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "io/state/safetensors.h"
 #include "model/hf_weight_plan.h"
+#include "model/tokenizer_files.h"
 #include "parallel/param_layout.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"
@@ -190,9 +192,7 @@ std::vector<std::string> copy_tokenizer_files(const std::string& tokenizer_dir,
   std::vector<std::string> copied;
   if (tokenizer_dir.empty()) return copied;
   std::error_code ec;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                           "generation_config.json", "special_tokens_map.json",
-                           "chat_template.jinja", "preprocessor_config.json"}) {
+  for (const char* name : kTokenizerFileNames) {
     const fs::path src = fs::path(tokenizer_dir) / name;
     if (!fs::exists(src)) continue;
     fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
@@ -372,8 +372,13 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
   const std::vector<std::vector<size_t>>& shards = plan.shards;
   const nlohmann::json weight_map = write_shards(tmp, tensors, shards);
   if (shards.size() > 1) write_index(tmp, plan.total_bytes, weight_map);
-  const std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
-  write_extra_files(tmp, extra_files); // after the tokenizer files: extra files win
+  std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
+  // After the tokenizer files: extra files win. A training run passes its tokenizer files here
+  // (read once at its start: model/tokenizer_files.h); they count as tokenizer files.
+  write_extra_files(tmp, extra_files);
+  for (const char* name : kTokenizerFileNames)
+    if (extra_files.count(name) && std::find(copied.begin(), copied.end(), name) == copied.end())
+      copied.push_back(name);
 
   // rename(2) takes the place of a missing or empty `out` atomically, and fails on anything else
   // (something written there meanwhile stays).
