@@ -99,8 +99,9 @@ WeightSource weight_source(const TrainConfig& c) {
 
 // Where a run reads its model's description and tokenizer: the config's (a preset and
 // model.tokenizer, or the HF snapshot in model.model_dir) for a new run; a resumed run reads its
-// checkpoint alone — the checkpoint's config.json (the snapshot's, checked equal when it was
-// saved) and its copy of the tokenizer — and never opens model.model_dir, which may be gone.
+// checkpoint alone — the checkpoint's config.json (the config the run was described from,
+// written with every save) and its copy of the tokenizer — and never opens model.model_dir,
+// which may be gone.
 TrainConfig model_sources(TrainConfig c, const std::string& resumed_from) {
   if (resumed_from.empty()) return c;
   if (c.model.preset.empty()) c.model.model_dir = resumed_from;
