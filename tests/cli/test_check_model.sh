@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `vlmtrain check-model DIR` on snapshots the binary writes itself (a tiny Qwen3 and a tiny
-# Qwen3-VL after one training step): the good ones pass with a summary; a truncated
+# `vlmtrain check-model DIR` on snapshots the binary writes itself (a tiny Qwen3, Qwen3-VL and
+# Qwen3.5 after one training step): the good ones pass with a summary; a truncated
 # model.safetensors, a missing tokenizer.json, an unknown model_type, a tensor of the wrong shape,
 # a VLM without preprocessor_config.json and a missing shard of an index snapshot each fail naming
 # the file (and tensor). Then a Qwen3-0.6B snapshot of 1.2 GB whose data part is a sparse file
@@ -60,6 +60,7 @@ EOF
 }
 snapshot tiny "$dir/text"
 snapshot tiny-vl "$dir/vl"
+snapshot tiny-3.5 "$dir/q35" # every family: Qwen3.5 (Gated DeltaNet, its own vision tower)
 
 passes() { # <snapshot> <pattern the summary must hold>
   local out
@@ -77,6 +78,10 @@ copy() { cp -r "$dir/$1" "$dir/$2" && echo "$dir/$2"; }
 
 passes "$dir/text" "is a qwen3 snapshot: 2 layers, .* parameters (f32), .* tensors in 1 file"
 passes "$dir/vl" "is a qwen3_vl snapshot: .* preprocessor_config.json: ok"
+passes "$dir/q35" "is a qwen3_5 snapshot: .* preprocessor_config.json: ok"
+q35cut=$(copy q35 q35-cut)
+truncate -s -100 "$q35cut/model.safetensors"
+fails "$q35cut" "truncated: model.safetensors has" "tensors cut off, the first: "
 "$bin" check-model --help | grep -q "Usage: vlmtrain check-model" || fail "check-model --help"
 "$bin" help | grep -q "check-model" || fail "check-model is not in vlmtrain help"
 
