@@ -15,7 +15,8 @@ cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
 }
 mkdir -p "$out/obj"
 
-flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root"
+# VLM_SOURCE_ROOT as src/base/CMakeLists.txt sets it: errors name repo-relative paths.
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root" -DVLM_SOURCE_ROOT="\"$root/\""
   -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 # The library sources the four targets reach: tar, safetensors (+atomic_file for the writer),
 # io/text/ (chat format, the tokenizer's stages, unicode; not the BPE trainer) and src/base.
@@ -45,8 +46,11 @@ compile() { # compile SRC OBJ [extra flags]
   fi
 }
 
+# Every compile is waited for, failed or not, before the script exits: a compiler left running
+# after the exit would outlive the checkout it reads (CI removes it).
 objs=()
 pids=()
+failures=0
 jobs_max="${VLM_BUILD_JOBS:-2}"
 for s in "${lib_srcs[@]}"; do
   obj="$out/obj/$(echo "$s" | tr / _).o"
@@ -55,11 +59,15 @@ for s in "${lib_srcs[@]}"; do
   compile "$s" "$obj" -fsanitize=fuzzer-no-link &
   pids+=($!)
   if ((${#pids[@]} >= jobs_max)); then
-    wait "${pids[0]}"
+    wait "${pids[0]}" || failures=$((failures + 1))
     pids=("${pids[@]:1}")
   fi
 done
-for p in "${pids[@]}"; do wait "$p"; done
+for p in "${pids[@]}"; do wait "$p" || failures=$((failures + 1)); done
+if ((failures)); then
+  echo "fuzz build: $failures library sources failed to compile" >&2
+  exit 1
+fi
 
 for t in "${targets[@]}"; do
   obj="$out/obj/fuzz_$t.o"
