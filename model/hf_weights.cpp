@@ -250,32 +250,6 @@ void write_config(const fs::path& dir, nlohmann::json config, const char* dtype_
   VLM_CHECK(f.good(), "save_hf_snapshot: cannot write ", (dir / "config.json").string());
 }
 
-// A tensor to write: a parameter (converted to `dtype` when written) or a carried tensor (its
-// bytes as they are).
-struct OutTensor {
-  std::string name;
-  Tensor value;
-  DType dtype;
-};
-
-// The parameters, each in its write dtype, then the carried tensors.
-std::vector<OutTensor> tensors_to_write(const nn::Module& model, DType dtype,
-                                        const StoredTensors* stored) {
-  std::vector<OutTensor> out;
-  for (auto& p : model.named_parameters()) {
-    if (!stored) {
-      out.push_back({p.name, p.tensor, dtype});
-      continue;
-    }
-    auto exact = stored->exact.find(p.name);
-    out.push_back({p.name, exact != stored->exact.end() ? exact->second : p.tensor,
-                   stored->write_dtype(p.name, dtype)});
-  }
-  if (stored)
-    for (const auto& [name, value] : stored->carried) out.push_back({name, value, value.dtype()});
-  return out;
-}
-
 // Shards in tensor order (indices into tensors), each up to max_shard_bytes in the saved dtypes
 // (a larger tensor gets its own), and the bytes of them all (the index's total_size).
 struct ShardPlan {
@@ -283,13 +257,15 @@ struct ShardPlan {
   int64_t total_bytes = 0;
 };
 
-ShardPlan plan_shards(const std::vector<OutTensor>& tensors, int64_t max_shard_bytes) {
+int64_t bytes_of(const SnapshotTensor& t) { return numel(t.shape) * int64_t(dtype_size(t.dtype)); }
+
+ShardPlan plan_shards(const std::vector<SnapshotTensor>& tensors, int64_t max_shard_bytes) {
   ShardPlan plan;
   auto& shards = plan.shards;
   shards.resize(1);
   int64_t shard_bytes = 0;
   for (size_t i = 0; i < tensors.size(); i++) {
-    const int64_t n = tensors[i].value.numel() * int64_t(dtype_size(tensors[i].dtype));
+    const int64_t n = bytes_of(tensors[i]);
     if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
@@ -301,12 +277,15 @@ ShardPlan plan_shards(const std::vector<OutTensor>& tensors, int64_t max_shard_b
   return plan;
 }
 
-// Writes each shard's tensors, converted to their dtypes on the CPU one shard at a time, as
-// model.safetensors (one shard) or model-0000i-of-0000n.safetensors; returns the weight map
-// (tensor name -> file).
-nlohmann::json write_shards(const fs::path& dir, const std::vector<OutTensor>& tensors,
+// Writes each shard as model.safetensors (one shard) or model-0000i-of-0000n.safetensors, its
+// header first, then each tensor block by block as fetched (snapshot_pieces), converted to its
+// dtype on the CPU; returns the weight map (tensor name -> file).
+nlohmann::json write_shards(const fs::path& dir, const std::vector<SnapshotTensor>& tensors,
+                            const FetchSnapshotRows& fetch,
                             const std::vector<std::vector<size_t>>& shards) {
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  const std::vector<SnapshotPiece> pieces = snapshot_pieces(tensors);
+  size_t next = 0; // the next piece: pieces and shards both follow the tensors' order
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); s++) {
     std::string file = "model.safetensors";
@@ -315,19 +294,28 @@ nlohmann::json write_shards(const fs::path& dir, const std::vector<OutTensor>& t
       std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
       file = buf;
     }
-    std::vector<Tensor> keep; // converted copies, alive until written
     std::vector<io::TensorInfo> infos;
-    {
-      NoGradGuard no_grad;
-      for (size_t i : shards[s]) {
-        const OutTensor& o = tensors[i];
-        Tensor t = o.value.detach().to(Device::cpu()).to(o.dtype).contiguous();
-        keep.push_back(t);
-        infos.push_back({o.name, o.dtype, t.shape(), t.data_ptr(), t.nbytes()});
-        weight_map[o.name] = file;
-      }
+    for (size_t i : shards[s]) {
+      const SnapshotTensor& t = tensors[i];
+      infos.push_back({t.name, t.dtype, t.shape, nullptr, size_t(bytes_of(t))});
+      weight_map[t.name] = file;
     }
-    io::write_safetensors((dir / file).string(), infos, meta);
+    io::SafetensorsWriter writer((dir / file).string(), std::move(infos), meta);
+    NoGradGuard no_grad;
+    for (; next < pieces.size() && !shards[s].empty() && pieces[next].index <= shards[s].back();
+         next++) {
+      const SnapshotPiece& piece = pieces[next];
+      const SnapshotTensor& t = tensors[piece.index];
+      Shape want = t.shape;
+      if (!want.empty()) want[0] = piece.row_end - piece.row_begin;
+      const Tensor value = fetch(piece.index, piece.row_begin, piece.row_end);
+      VLM_CHECK(value.defined() && value.shape() == want, "save_hf_snapshot: rows [",
+                piece.row_begin, ", ", piece.row_end, ") of ", t.name, " came as ",
+                value.defined() ? value.desc() : std::string("nothing"), ", not ", shape_str(want));
+      const Tensor bytes = value.detach().to(Device::cpu()).to(t.dtype).contiguous();
+      writer.write(bytes.data_ptr(), bytes.nbytes());
+    }
+    writer.finish();
   }
   return weight_map;
 }
@@ -350,10 +338,65 @@ void write_extra_files(const fs::path& dir, const std::map<std::string, std::str
 
 } // namespace
 
+std::vector<SnapshotTensor>
+snapshot_tensors(const nn::Module& model, DType dtype, const StoredTensors* stored,
+                 const std::function<std::optional<Shape>(const std::string&)>& whole_shape) {
+  std::vector<SnapshotTensor> out;
+  for (auto& p : model.named_parameters()) {
+    std::optional<Shape> whole = whole_shape ? whole_shape(p.name) : std::nullopt;
+    out.push_back({p.name, whole ? *whole : p.tensor.shape(),
+                   stored ? stored->write_dtype(p.name, dtype) : dtype});
+  }
+  if (stored)
+    for (const auto& [name, value] : stored->carried)
+      out.push_back({name, value.shape(), value.dtype()});
+  return out;
+}
+
+std::vector<SnapshotPiece> snapshot_pieces(const std::vector<SnapshotTensor>& tensors) {
+  std::vector<SnapshotPiece> out;
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const SnapshotTensor& t = tensors[i];
+    if (t.shape.empty()) {
+      out.push_back({i, 0, 1});
+      continue;
+    }
+    const int64_t rows = t.shape[0], row_bytes = rows > 0 ? bytes_of(t) / rows : 0;
+    if (row_bytes == 0) continue; // no elements
+    const int64_t step = std::max<int64_t>(1, kSnapshotPieceBytes / row_bytes);
+    for (int64_t r = 0; r < rows; r += step) out.push_back({i, r, std::min(rows, r + step)});
+  }
+  return out;
+}
+
+Tensor snapshot_rows(const Tensor& t, int64_t row_begin, int64_t row_end) {
+  return t.dim() == 0 ? t : slice(t, 0, row_begin, row_end);
+}
+
 void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std::string& out_dir,
                       DType dtype, const std::string& tokenizer_dir, int64_t max_shard_bytes,
                       const std::map<std::string, std::string>& extra_files,
                       const StoredTensors* stored) {
+  const auto params = model.named_parameters();
+  const std::vector<SnapshotTensor> tensors = snapshot_tensors(model, dtype, stored);
+  // Each parameter (or its exact copy), then the carried tensors.
+  auto fetch = [&](size_t i, int64_t row_begin, int64_t row_end) -> Tensor {
+    if (i >= params.size())
+      return snapshot_rows(stored->carried.at(tensors[i].name), row_begin, row_end);
+    if (stored) {
+      auto exact = stored->exact.find(params[i].name);
+      if (exact != stored->exact.end()) return snapshot_rows(exact->second, row_begin, row_end);
+    }
+    return snapshot_rows(params[i].tensor, row_begin, row_end);
+  };
+  save_hf_snapshot(tensors, fetch, std::move(config), out_dir, dtype, tokenizer_dir,
+                   max_shard_bytes, extra_files);
+}
+
+void save_hf_snapshot(const std::vector<SnapshotTensor>& tensors, const FetchSnapshotRows& fetch,
+                      nlohmann::json config, const std::string& out_dir, DType dtype,
+                      const std::string& tokenizer_dir, int64_t max_shard_bytes,
+                      const std::map<std::string, std::string>& extra_files) {
   const char* dtype_str = hf_dtype_name(dtype);
   VLM_CHECK(max_shard_bytes > 0, "save_hf_snapshot: max_shard_bytes must be > 0");
   fs::path out = fs::path(out_dir).lexically_normal();
@@ -367,10 +410,9 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
   RemoveUnlessDone cleanup{tmp};
 
   write_config(tmp, std::move(config), dtype_str);
-  const std::vector<OutTensor> tensors = tensors_to_write(model, dtype, stored);
   const ShardPlan plan = plan_shards(tensors, max_shard_bytes);
   const std::vector<std::vector<size_t>>& shards = plan.shards;
-  const nlohmann::json weight_map = write_shards(tmp, tensors, shards);
+  const nlohmann::json weight_map = write_shards(tmp, tensors, fetch, shards);
   if (shards.size() > 1) write_index(tmp, plan.total_bytes, weight_map);
   std::vector<std::string> copied = copy_tokenizer_files(tokenizer_dir, tmp.string());
   // After the tokenizer files: extra files win. A training run passes its tokenizer files here

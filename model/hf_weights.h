@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,47 @@ void save_hf_snapshot(const nn::Module& model, nlohmann::json config, const std:
                       int64_t max_shard_bytes = kDefaultMaxShardBytes,
                       const std::map<std::string, std::string>& extra_files = {},
                       const StoredTensors* stored = nullptr);
+
+// One tensor of an HF snapshot as written: its name, whole shape and dtype in the file.
+struct SnapshotTensor {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::f32;
+};
+// Rows [row_begin, row_end) (dim 0) of tensor `index`'s whole value, any device and dtype
+// (converted to the entry's dtype); a 0-d tensor comes whole, as rows [0, 1).
+using FetchSnapshotRows = std::function<Tensor(size_t index, int64_t row_begin, int64_t row_end)>;
+
+// A block of rows of one tensor of a snapshot. save_hf_snapshot asks for each tensor in blocks of
+// at most kSnapshotPieceBytes in its written dtype (one row at least; a 0-d tensor as rows [0, 1);
+// none for a tensor of no elements), in the list's order: snapshot_pieces(). A rank that sends its
+// parts to the writing rank walks the same list.
+struct SnapshotPiece {
+  size_t index = 0;
+  int64_t row_begin = 0, row_end = 0;
+};
+constexpr int64_t kSnapshotPieceBytes = int64_t(64) << 20;
+std::vector<SnapshotPiece> snapshot_pieces(const std::vector<SnapshotTensor>& tensors);
+// Rows [row_begin, row_end) of `t` (a view; a 0-d tensor itself).
+Tensor snapshot_rows(const Tensor& t, int64_t row_begin, int64_t row_end);
+
+// What save_hf_snapshot above writes of `model`, in order: its parameters, each with its whole
+// shape (`whole_shape(name)`, or its own shape when that returns an empty optional) in
+// stored->write_dtype(name, dtype), then stored->carried as they are.
+std::vector<SnapshotTensor>
+snapshot_tensors(const nn::Module& model, DType dtype, const StoredTensors* stored,
+                 const std::function<std::optional<Shape>(const std::string&)>& whole_shape = {});
+
+// The same snapshot from a list of tensors and a source of their rows, one block of rows in
+// memory at a time (snapshot_pieces): a sharded model's parameters are gathered to the writing
+// rank block by block (src/train: the final save never holds the whole model, nor a whole
+// tensor). save_hf_snapshot above is this with the model's parameters as the source. Errors
+// before anything is fetched for a bad `out_dir`, `tokenizer_dir` or `max_shard_bytes`.
+void save_hf_snapshot(const std::vector<SnapshotTensor>& tensors, const FetchSnapshotRows& fetch,
+                      nlohmann::json config, const std::string& out_dir, DType dtype,
+                      const std::string& tokenizer_dir,
+                      int64_t max_shard_bytes = kDefaultMaxShardBytes,
+                      const std::map<std::string, std::string>& extra_files = {});
 
 // Copies the tokenizer files save_hf_snapshot copies (those of its list that exist in
 // `tokenizer_dir`; "" = none) into `out_dir`; returns their names.

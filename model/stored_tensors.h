@@ -39,7 +39,8 @@ struct StoredTensors {
 // Whether exact copies of `exact_elements` of `all_elements` values are few enough to keep (the
 // F32 islands of a bf16 checkpoint, at most 1/16 of it), not a whole F32 snapshot loaded into a
 // bf16 model, which would double the host memory of a load or hold the model whole in fp32 on
-// every FSDP rank. Loaders and the trainer's snapshot apply the same bound.
+// every FSDP rank. The loaders apply it; the trainer's snapshot writes whatever exact copies
+// (fp32 masters) the run holds, gathered block by block like every parameter.
 inline bool few_exact(int64_t exact_elements, int64_t all_elements) {
   return exact_elements * 16 <= all_elements;
 }

@@ -97,6 +97,14 @@ inline int MPI_Allgather(const void* in, int n, MPI_Datatype t, void* out, int, 
                          MPI_Comm) {
   return vlm::parallel::mpi_stub::copy(in, out, (long long)n * t);
 }
+inline int MPI_Gather(const void* in, int n, MPI_Datatype t, void* out, int, MPI_Datatype, int,
+                      MPI_Comm) {
+  return vlm::parallel::mpi_stub::copy(in, out, (long long)n * t);
+}
+inline int MPI_Gatherv(const void* in, int n, MPI_Datatype t, void* out, const int*, const int*,
+                       MPI_Datatype, int, MPI_Comm) {
+  return vlm::parallel::mpi_stub::copy(in, out, (long long)n * t);
+}
 inline int MPI_Reduce_scatter_block(const void* in, void* out, int n, MPI_Datatype t, MPI_Op,
                                     MPI_Comm) {
   return vlm::parallel::mpi_stub::copy(in, out, (long long)n * t);

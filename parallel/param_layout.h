@@ -14,10 +14,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "parallel/fsdp.h"
+#include "parallel/process_group.h"
 #include "parallel/tensor_parallel.h"
 
 namespace vlm::parallel {
@@ -46,6 +48,19 @@ Tensor global_box(const Tensor& whole, const ParamBox& box);
 // — `rows`, a chunk of the whole tensor (any device, any dtype) — into `local`, this rank's
 // tensor (converting to its dtype).
 void keep_rows(const ParamLayout& layout, Tensor& local, int64_t row_begin, const Tensor& rows);
+
+// Rows [row_begin, row_end) (dim 0) of `name`'s whole tensor at rank `root` of `world`, in host
+// memory and `local`'s dtype, put together from the parts of those rows each rank writes
+// (`layout`; null: the parameter is whole on every rank, and root copies its own rows; a 0-d one
+// whole). Collective over `world` (every rank calls it, for the same rows of the same parameters
+// in the same order); the other ranks get an undefined tensor. No rank holds more than the block
+// and its own parts: an HF snapshot of a sharded model is written block by block (src/train).
+Tensor gather_param_rows(const std::string& name, const Tensor& local, const ParamLayout* layout,
+                         ProcessGroup& world, int root, int64_t row_begin, int64_t row_end);
+
+// The part of `box` in rows [row_begin, row_end) of the whole tensor, its global offset counted
+// from row_begin; none when the box has no row there.
+std::optional<ParamBox> box_rows(const ParamBox& box, int64_t row_begin, int64_t row_end);
 
 // For nn::Module::initialize: each parameter of `layouts` initialized as a whole tensor whose
 // rows keep_rows places (the others are initialized as they are). `layouts` must outlive it.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "kernels/nccl.h"
@@ -30,6 +31,15 @@ void check_tensor(const Tensor& t, const char* what, const char* role) {
   VLM_CHECK(t.defined(), "ProcessGroup ", what, ": ", role, " is undefined");
   VLM_CHECK(t.is_contiguous(), "ProcessGroup ", what, ": ", role, " ", t.desc(),
             " must be contiguous");
+}
+
+// What gather needs of its input and root.
+void check_gather_to(const Tensor& in, int root, int size) {
+  check_tensor(in, "gather", "the input");
+  VLM_CHECK(!in.device().is_cuda(), "ProcessGroup gather: the input ", in.desc(),
+            " is on the GPU; gather takes host tensors");
+  VLM_CHECK(root >= 0 && root < size, "ProcessGroup gather: root ", root, " is not a rank of ",
+            size);
 }
 
 void check_pair(const Tensor& a, const Tensor& b, const char* what) {
@@ -335,6 +345,33 @@ public:
     MPI_Bcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t.dtype()), root, comm_);
   }
 
+  Tensor gather(const Tensor& in, int root, std::vector<int64_t>* counts) override {
+    check_gather_to(in, root, size_);
+    const int64_t mine = in.numel();
+    std::vector<int64_t> lengths(size_t(size_), 0);
+    BlockedWait watch("gather", mine, in.dtype(), label_);
+    MPI_Gather(&mine, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, root, comm_);
+    // Counts and displacements in elements (MPI ints: checked).
+    std::vector<int> elements, displacements;
+    Tensor out;
+    if (rank_ == root) {
+      int64_t total = 0;
+      for (int64_t n : lengths) {
+        elements.push_back(count_of(n, "gather"));
+        displacements.push_back(count_of(total, "gather"));
+        total += n;
+      }
+      count_of(total, "gather");
+      out = Tensor::empty({total}, in.dtype());
+    }
+    const MPI_Datatype type = mpi_type(in.dtype());
+    MPI_Gatherv(in.data_ptr(), count_of(mine, "gather"), type,
+                out.defined() ? out.data_ptr() : nullptr, elements.data(), displacements.data(),
+                type, root, comm_);
+    if (counts && rank_ == root) *counts = lengths;
+    return out;
+  }
+
   void barrier() override {
     BlockedWait watch("barrier", 0, DType::u8, label_);
     MPI_Barrier(comm_);
@@ -441,6 +478,30 @@ int64_t ProcessGroup::all_reduce_value(int64_t v, ReduceOp op) {
   Tensor t = Tensor::from_vector(std::vector<int64_t>{v}, {1});
   all_reduce(t, op);
   return t.data<int64_t>()[0];
+}
+
+Tensor ProcessGroup::gather(const Tensor& in, int root, std::vector<int64_t>* counts) {
+  const int n = size();
+  check_gather_to(in, root, n);
+  Tensor lengths = Tensor::zeros({n}, DType::i64);
+  all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{in.numel()}, {1}));
+  const int64_t* len = lengths.data<int64_t>();
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(len, len + n));
+  Tensor padded = Tensor::zeros({longest}, in.dtype()),
+         all = Tensor::zeros({n * longest}, in.dtype());
+  const size_t es = dtype_size(in.dtype());
+  std::memcpy(padded.data_ptr(), in.data_ptr(), size_t(in.numel()) * es);
+  all_gather(all, padded);
+  if (rank() != root) return Tensor();
+  if (counts) counts->assign(len, len + n);
+  Tensor out = Tensor::empty({std::accumulate(len, len + n, int64_t(0))}, in.dtype());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  for (int r = 0; r < n; r++) {
+    std::memcpy(dst, static_cast<const char*>(all.data_ptr()) + size_t(r * longest) * es,
+                size_t(len[r]) * es);
+    dst += size_t(len[r]) * es;
+  }
+  return out;
 }
 
 std::vector<std::string> ProcessGroup::all_gather_strings(const std::string& mine) {

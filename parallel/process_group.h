@@ -60,6 +60,13 @@ public:
   virtual void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) = 0;
   // t = root's t on every rank (any dtype).
   virtual void broadcast(const Tensor& t, int root) = 0;
+  // Root gets every rank's `in` — a contiguous host tensor, any length, one dtype on every rank —
+  // flat and concatenated in rank order, and each rank's element count in `counts` (if given);
+  // the other ranks get an undefined tensor and `counts` as it was. Host tensors only: what gathers
+  // to one rank (an HF snapshot's writer) does so in host memory. Here by all_gather (every rank
+  // receives every input, padded to the longest); the MPI group gathers to the root alone
+  // (MPI_Gatherv).
+  virtual Tensor gather(const Tensor& in, int root, std::vector<int64_t>* counts = nullptr);
   virtual void barrier() = 0;
 
   // Host values, summed (or maxed) over the group: step losses, token counts, norms.

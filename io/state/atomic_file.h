@@ -14,6 +14,27 @@ struct ByteRange {
   size_t size = 0;
 };
 
+// A file written piece by piece (so a large one never needs all its bytes in memory at once) and
+// put in place atomically by commit(); destroyed before commit() — an error on the way — it
+// removes the temporary and leaves `path` as it was. Errors as write_file_atomic's below.
+class AtomicFile {
+public:
+  AtomicFile(std::string path, std::string what, std::string dest = "");
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void append(const void* data, size_t size);
+  // fsync, close and rename over `path`.
+  void commit();
+
+private:
+  [[noreturn]] void fail(int err);
+
+  std::string path_, tmp_, what_, dest_;
+  int fd_ = -1;
+};
+
 // Writes the concatenation of `pieces` to `path` atomically (see above). `what` names the file in
 // errors (e.g. "safetensors file 'x'"); on failure the temporary is removed and a vlm::Error
 // says which step failed and why: "<what>: cannot write '<path>.tmp': <write_error_text(errno,

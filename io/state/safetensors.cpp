@@ -326,9 +326,12 @@ const TensorInfo& SafetensorsFile::get(const std::string& name) const {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::string file = "safetensors file '" + path + "'";
+namespace {
+
+// The 8-byte length and the JSON header of `tensors` (in order, data_offsets from 0), padded with
+// spaces to a multiple of 8 bytes; each tensor's name, shape and nbytes checked.
+std::string encode_header(const std::string& file, const std::vector<TensorInfo>& tensors,
+                          const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the header in the order written, which is easier to read by eye.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -342,7 +345,6 @@ void write_safetensors(const std::string& path, const std::vector<TensorInfo>& t
     VLM_CHECK(byte_size(t.shape, t.dtype, &nbytes), where, ": invalid shape ", shape_str(t.shape));
     VLM_CHECK(nbytes == t.nbytes, where, ": nbytes ", t.nbytes, " but ", dtype_name(t.dtype), " ",
               shape_str(t.shape), " needs ", nbytes);
-    VLM_CHECK(t.data || nbytes == 0, where, ": null data");
     header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + nbytes}}};
@@ -355,12 +357,59 @@ void write_safetensors(const std::string& path, const std::vector<TensorInfo>& t
     VLM_FAIL(file, ": cannot encode the header: ", e.what());
   }
   json.append((8 - json.size() % 8) % 8, ' '); // the spec pads with spaces
-  unsigned char len_bytes[8];
-  for (int i = 0; i < 8; i++) len_bytes[i] = (uint64_t(json.size()) >> (8 * i)) & 0xff;
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; i++) out[size_t(i)] = char((uint64_t(json.size()) >> (8 * i)) & 0xff);
+  return out + json;
+}
 
-  std::vector<ByteRange> pieces{{len_bytes, 8}, {json.data(), json.size()}};
-  for (const auto& t : tensors) pieces.push_back({t.data, t.nbytes});
-  write_file_atomic(path, pieces, file);
+} // namespace
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorInfo> tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : what_("safetensors file '" + path + "'"), tensors_(std::move(tensors)),
+      header_(encode_header(what_, tensors_, metadata)), file_(path, what_) {
+  // The header is checked before the file is made: a bad name or shape leaves nothing behind.
+  file_.append(header_.data(), header_.size());
+  std::string().swap(header_);
+}
+
+void SafetensorsWriter::skip_empty() {
+  while (next_ < tensors_.size() && tensors_[next_].nbytes == 0) next_++;
+}
+
+void SafetensorsWriter::write(const void* data, size_t nbytes) {
+  if (nbytes == 0) return;
+  skip_empty();
+  VLM_CHECK(next_ < tensors_.size(), what_, ": all ", tensors_.size(), " tensors are written; ",
+            nbytes, " more bytes given");
+  const TensorInfo& t = tensors_[next_];
+  VLM_CHECK(nbytes <= t.nbytes - written_, what_, ", tensor '", t.name, "': ", nbytes,
+            " bytes given, ", t.nbytes - written_, " left of its ", t.nbytes);
+  VLM_CHECK(data, what_, ", tensor '", t.name, "': null data");
+  file_.append(data, nbytes);
+  written_ += nbytes;
+  if (written_ == t.nbytes) {
+    next_++;
+    written_ = 0;
+  }
+}
+
+void SafetensorsWriter::finish() {
+  skip_empty();
+  VLM_CHECK(next_ == tensors_.size(), what_, ": finished at tensor '",
+            next_ < tensors_.size() ? tensors_[next_].name : "", "' (", next_ + 1, " of ",
+            tensors_.size(), ", ", written_, " bytes written)");
+  file_.commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  for (const auto& t : tensors) // checked before the file is made
+    VLM_CHECK(t.data || t.nbytes == 0, "safetensors file '", path, "', tensor '", t.name,
+              "': null data");
+  SafetensorsWriter writer(path, tensors, metadata);
+  for (const auto& t : tensors) writer.write(t.data, t.nbytes);
+  writer.finish();
 }
 
 } // namespace vlm::io

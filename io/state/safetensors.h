@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/state/atomic_file.h"
 #include "src/base/dtype.h"
 #include "src/base/shape.h"
 
@@ -88,5 +89,30 @@ private:
 // path + ".tmp", fsyncs and renames, so `path` is either the old file or the complete new one.
 void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same file written piece by piece: the header (every tensor's name, dtype and shape; their
+// `data` is not used) first, then the tensors' bytes in the header's order, each tensor in one
+// piece or several, so the writer needs only a piece in memory at a time (HF snapshots of a
+// sharded model: model/hf_weights.h). Nothing is in place before finish(); destroyed before it (an
+// error on the way), it leaves `path` as it was.
+class SafetensorsWriter {
+public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorInfo> tensors,
+                    const std::map<std::string, std::string>& metadata = {});
+  // The next `nbytes` of the current tensor (a piece never runs into the next tensor).
+  void write(const void* data, size_t nbytes);
+  // Every tensor written whole: fsync and rename into place.
+  void finish();
+
+private:
+  void skip_empty(); // moves past tensors of no bytes
+
+  std::string what_;
+  std::vector<TensorInfo> tensors_;
+  std::string header_; // encoded before file_ is made; emptied once written
+  size_t next_ = 0;    // the current tensor
+  size_t written_ = 0; // its bytes so far
+  AtomicFile file_;
+};
 
 } // namespace vlm::io

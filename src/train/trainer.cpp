@@ -626,46 +626,14 @@ void Trainer::save_checkpoint() {
   summary_.final_checkpoint = save_hf_snapshot();
 }
 
-std::map<std::string, Tensor> Trainer::whole_exact_masters() const {
-  std::map<std::string, Tensor> out;
+const Tensor& Trainer::snapshot_source(const std::string& name, const Tensor& param) const {
   const optim::AdamW& optimizer = stepper_->optimizer();
-  std::vector<std::string> names; // the same on every rank
-  int64_t elements = 0;
-  for (const auto& [name, dtype] : model_->stored().dtypes)
-    if (!model::holds_all_of(config_.training.param_dtype, dtype) && optimizer.has_state(name) &&
-        optimizer.state(name).master.defined()) {
-      names.push_back(name);
-      elements += state_.layouts.count(name) ? numel(state_.layouts.at(name).full_shape)
-                                             : optimizer.state(name).master.numel();
-    }
-  if (!state_.layouts.empty() && !model::few_exact(elements, model_->num_parameters())) {
-    if (rank0())
-      log_warn("HF snapshot: ", names.size(),
-               " tensors stored more precisely than the bf16 "
-               "parameters are written from the parameters, not from their sharded masters");
-    return out;
-  }
-  NoGradGuard no_grad;
-  for (const std::string& name : names) {
-    const Tensor& master = optimizer.state(name).master;
-    auto it = state_.layouts.find(name);
-    if (it == state_.layouts.end()) {
-      out[name] = master;
-      continue;
-    }
-    // Each box from the one rank that saves it, zeros elsewhere: the sum is that box (bit for
-    // bit; a -0 becomes +0).
-    const parallel::ParamLayout& layout = it->second;
-    Tensor whole = Tensor::zeros(layout.full_shape, DType::f32, master.device());
-    if (layout.writes)
-      for (const parallel::ParamBox& box : layout.boxes) {
-        Tensor mine = parallel::global_box(whole, box);
-        copy_(mine, parallel::local_box(master, box));
-      }
-    mesh_->world().all_reduce(whole, parallel::ReduceOp::sum);
-    out[name] = whole;
-  }
-  return out;
+  const auto stored = model_->stored().dtypes.find(name);
+  if (stored == model_->stored().dtypes.end() ||
+      model::holds_all_of(config_.training.param_dtype, stored->second) ||
+      !optimizer.has_state(name) || !optimizer.state(name).master.defined())
+    return param;
+  return optimizer.state(name).master;
 }
 
 std::string Trainer::save_hf_snapshot() {
@@ -674,19 +642,36 @@ std::string Trainer::save_hf_snapshot() {
   std::map<std::string, std::string> extra = tokenizer_files_;
   if (model_->has_vision())
     extra["preprocessor_config.json"] = io::image_processor_json(image_config());
-  // The whole model on every rank (FSDP gathers it), written by rank 0 (the resumable HDF5
-  // checkpoint is written by every rank, each its own shards).
-  parallel_.unshard_all();
-  // A tensor stored more precisely than its bf16 parameter is written from its fp32 master.
-  model::StoredTensors stored = model_->stored();
-  stored.exact = whole_exact_masters();
+  // Block by block: each parameter's rows are gathered to rank 0 from the parts its ranks write
+  // (parallel::gather_param_rows, in host memory), written and dropped, so no rank ever holds the
+  // whole model, nor a whole tensor it does not hold anyway. Rank 0 writes; the others send their
+  // parts of the same blocks in the same order (model::snapshot_pieces).
+  const model::StoredTensors& stored = model_->stored();
+  const std::vector<nn::NamedParameter> params = model_->named_parameters();
+  const std::vector<model::SnapshotTensor> tensors = model::snapshot_tensors(
+      *model_, config_.training.param_dtype, &stored,
+      [this](const std::string& name) -> std::optional<Shape> {
+        const parallel::ParamLayout* layout = parallel::find_layout(&state_.layouts, name);
+        return layout ? std::optional<Shape>(layout->full_shape) : std::nullopt;
+      });
+  parallel::ProcessGroup& world = mesh_->world();
+  auto fetch = [&](size_t i, int64_t row_begin, int64_t row_end) -> Tensor {
+    if (i >= params.size()) // carried tensors are whole on every rank
+      return model::snapshot_rows(stored.carried.at(tensors[i].name), row_begin, row_end);
+    const std::string& name = params[i].name;
+    return parallel::gather_param_rows(name, snapshot_source(name, params[i].tensor),
+                                       parallel::find_layout(&state_.layouts, name), world, 0,
+                                       row_begin, row_end);
+  };
   if (rank0()) {
-    model::save_hf_snapshot(*model_, model_->hf_config(), dir, config_.training.param_dtype, "",
-                            model::kDefaultMaxShardBytes, extra, &stored);
+    model::save_hf_snapshot(tensors, fetch, model_->hf_config(), dir, config_.training.param_dtype,
+                            "", model::kDefaultMaxShardBytes, extra);
     log_info("saved ", dir);
+  } else {
+    for (const model::SnapshotPiece& piece : model::snapshot_pieces(tensors))
+      fetch(piece.index, piece.row_begin, piece.row_end);
   }
-  if (mesh_->world().size() > 1) mesh_->world().barrier(); // saved before any rank goes on
-  parallel_.reshard_all();
+  if (world.size() > 1) world.barrier(); // saved before any rank goes on
   summary_.hf_snapshot = dir;
   return dir;
 }

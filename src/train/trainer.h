@@ -116,13 +116,13 @@ private:
   // checkpoint.resume: loads the checkpoint it names into the state, if any
   // (src/train/checkpoint.h), and moves a newer branch aside (src/train/checkpoint_folder.h).
   void resume();
-  // The HF snapshot output_dir/checkpoint-step-N of the current step (gathered, rank 0 writes);
-  // returns the folder.
+  // The HF snapshot output_dir/checkpoint-step-N of the current step (gathered tensor by tensor,
+  // rank 0 writes); returns the folder.
   std::string save_hf_snapshot();
-  // The fp32 masters of the parameters held less precisely than they were stored (an F32 tensor
-  // of a bf16 run; model/stored_tensors.h), whole; collective (FSDP shards are summed over every
-  // rank, each row from the rank that saves it).
-  std::map<std::string, Tensor> whole_exact_masters() const;
+  // What the snapshot writes for parameter `name` (this rank's `param`): its fp32 master when it
+  // is held less precisely than it was stored (an F32 tensor of a bf16 run;
+  // model/stored_tensors.h), else the parameter.
+  const Tensor& snapshot_source(const std::string& name, const Tensor& param) const;
   // The parts of train_step: the step's micro-batches (their tokens and FLOPs into rec; every
   // rank stops together when one's share of the data ended), the data counts (skips against the
   // ceiling; tokens and FLOPs summed over the data-parallel ranks), the progress line.

@@ -97,6 +97,41 @@ TEST_CASE("process group: broadcast, barrier and split into sub-groups") {
   CHECK(x.item() == want);
 }
 
+TEST_CASE("process group: gather gives the root every rank's tensor of its own length, in rank "
+          "order, as the base class's way (by all_gather) does") {
+  auto g = world_group();
+  const int n = g->size(), r = g->rank();
+  for (DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+    for (int root : {0, n - 1}) {
+      // Rank k sends k + 1 elements (rank 0 of two roots sends none the second time).
+      const int64_t mine = root == 0 ? r + 1 : r;
+      const Tensor in = filled({mine}, dtype, r);
+      std::vector<int64_t> counts{-1}, base_counts{-1};
+      const Tensor got = g->gather(in, root, &counts);
+      const Tensor base = g->ProcessGroup::gather(in, root, &base_counts);
+      if (r != root) {
+        CHECK_FALSE(got.defined());
+        CHECK_FALSE(base.defined());
+        CHECK(counts == std::vector<int64_t>{-1}); // as it was
+        continue;
+      }
+      std::vector<double> want;
+      std::vector<int64_t> want_counts;
+      for (int k = 0; k < n; k++) {
+        const int64_t len = root == 0 ? k + 1 : k;
+        const std::vector<double> v = filled({len}, dtype, k).to_doubles();
+        want.insert(want.end(), v.begin(), v.end());
+        want_counts.push_back(len);
+      }
+      CHECK(got.dtype() == dtype);
+      CHECK(got.to_doubles() == want);
+      CHECK(counts == want_counts);
+      CHECK(base.to_doubles() == want);
+      CHECK(base_counts == want_counts);
+    }
+  }
+}
+
 TEST_CASE("process group: bad tensors are refused before any communication") {
   auto g = world_group();
   const int n = g->size();
@@ -112,6 +147,7 @@ TEST_CASE("process group: bad tensors are refused before any communication") {
   CHECK_THROWS_WITH(g->all_reduce(Tensor::zeros({2, 3}, DType::f32).as_strided({3, 2}, {1, 3}, 0)),
                     Contains("contiguous"));
   CHECK_THROWS_WITH(g->broadcast(Tensor::zeros({1}, DType::f32), n), Contains("root"));
+  CHECK_THROWS_WITH(g->gather(Tensor::zeros({1}, DType::f32), n), Contains("root"));
 }
 
 TEST_CASE("process group: bf16 sums and max through MPI, partial sums rounded to bf16") {

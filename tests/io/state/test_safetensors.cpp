@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "io/state/safetensors.h"
@@ -278,4 +279,50 @@ TEST_CASE("safetensors writer rejects inconsistent input", "[io][safetensors]") 
              }),
              Contains(bad_dir));
   CHECK_FALSE(fs::exists(path));
+}
+
+TEST_CASE("safetensors written piece by piece is the file write_safetensors writes, and nothing "
+          "is in place before finish()",
+          "[io][safetensors]") {
+  TempDir tmp;
+  std::vector<float> a = {1.5f, -0.0f, 3.25f, 7.0f};
+  std::vector<uint16_t> b = {0x3f80, 0xc000, 0x7fc0};
+  const std::vector<TensorInfo> tensors = {{"a", DType::f32, {2, 2}, a.data(), 16},
+                                           {"empty", DType::f32, {0, 3}, nullptr, 0},
+                                           {"b", DType::bf16, {3}, b.data(), 6}};
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  const std::string whole = tmp.file("whole.safetensors"), pieces = tmp.file("p.safetensors");
+  vlm::io::write_safetensors(whole, tensors, meta);
+  {
+    std::vector<TensorInfo> headers = tensors;
+    for (TensorInfo& t : headers) t.data = nullptr; // the header alone
+    vlm::io::SafetensorsWriter w(pieces, headers, meta);
+    w.write(a.data(), 8); // a's first row, then its second
+    w.write(a.data() + 2, 8);
+    CHECK_FALSE(fs::exists(pieces));
+    w.write(b.data(), 6);
+    w.finish();
+  }
+  auto read = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  CHECK(read(pieces) == read(whole));
+
+  // A piece into the next tensor, too many bytes, an early finish; destroyed unfinished: nothing
+  // left behind.
+  const std::string path = tmp.file("bad.safetensors");
+  {
+    vlm::io::SafetensorsWriter w(path, tensors, meta);
+    w.write(a.data(), 12);
+    CHECK_THAT(error_of([&] { w.write(a.data(), 8); }),
+               Contains(path) && Contains("'a'") && Contains("8 bytes given, 4 left of its 16"));
+    w.write(a.data(), 4);
+    CHECK_THAT(error_of([&] { w.finish(); }),
+               Contains("finished at tensor 'b'") && Contains("3 of 3, 0 bytes written"));
+    w.write(b.data(), 6);
+    CHECK_THAT(error_of([&] { w.write(b.data(), 2); }), Contains("all 3 tensors are written"));
+  }
+  CHECK_FALSE(fs::exists(path));
+  CHECK_FALSE(fs::exists(path + ".tmp"));
 }
