@@ -73,10 +73,9 @@ void ce_reduce(float* loss, int64_t* num_valid, double* scale, const float* row_
                const I* labels, int64_t rows, int64_t vocab, int64_t ignore_index, bool mean,
                int32_t site, void* stream);
 
-// The fused LM head + cross-entropy chunk kernels, as the cpu:: ones (fp32 state). lce_chunk_bwd
-// with chunk = vocab and v0 = 0 is the plain cross-entropy gradient.
-// lce_init sets run_max = -inf, run_sum = 0 (=).
-void lce_init(float* run_max, float* run_sum, int64_t rows, void* stream);
+// The fused LM head + cross-entropy chunk kernels, as the cpu:: ones (fp32 state, which the caller
+// starts at run_max = -inf, run_sum = 0). lce_chunk_bwd with chunk = vocab and v0 = 0 is the plain
+// cross-entropy gradient.
 template <typename T, typename I>
 void lce_chunk_fwd(float* run_max, float* run_sum, float* target, const T* logits, const I* labels,
                    int64_t rows, int64_t chunk, int64_t v0, int64_t ignore_index, void* stream);

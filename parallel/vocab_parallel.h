@@ -30,15 +30,14 @@ Tensor vocab_parallel_embedding(const Tensor& weight_shard, const Tensor& ids, i
 
 // The value and gradients of linear_cross_entropy(x, full_weight, labels, ignore_index,
 // reduction) (src/core/ops/loss.h) without gathering the logits: x [N, H] replicated, labels [N]
-// global ids, weight_shard [V / tp, H]. The local rows are processed vocab_chunk at a time (0: all
-// at once) into per-row running max / sum-exp in f32 (f64 for f64), which are combined over tp
-// (all-reduce max, then sum); the target logit comes from the rank owning it (all-reduce sum).
-// The backward recomputes each chunk's logits, takes the softmax with the global logsumexp and
-// gives the shard its rows' gradient and x the sum over tp of every rank's part (all-reduce).
-// Returns the same 0-dim loss (f32; f64 for f64) on every rank. Same dtype / device rules as
-// linear_cross_entropy: gradients in the inputs' dtypes (a bf16 shard with an f32 .grad or an FSDP
-// f32 buffer gets its gradient straight from the GEMM); on CUDA nothing synchronizes and a label
-// outside [0, V) is reported at the next synchronization (on the CPU it is thrown at once).
+// global ids, weight_shard [V / tp, H]. It is the core loss itself on the shard, with the group's
+// all-reduces as its VocabSplit: the local rows are processed vocab_chunk at a time (0: all at
+// once) into per-row running max / sum-exp in f32 (f64 for f64), combined over tp (all-reduce max,
+// then [sum-exp; target logit] summed); the backward gives the shard its rows' gradient and x the
+// sum over tp of every rank's part (all-reduce, before rounding). Returns the same 0-dim loss (f32;
+// f64 for f64) on every rank. Same dtype / device rules as linear_cross_entropy; on CUDA nothing
+// synchronizes and a label outside [0, V) is reported at the next synchronization (on the CPU it
+// is thrown at once, before any collective).
 Tensor vocab_parallel_cross_entropy(const Tensor& x, const Tensor& weight_shard,
                                     const Tensor& labels, int64_t vocab_begin, ProcessGroup& tp,
                                     int64_t ignore_index = -100,

@@ -145,14 +145,6 @@ __global__ void __launch_bounds__(kLossThreads)
   }
 }
 
-__global__ void lce_init_kernel(float* run_max, float* run_sum, int64_t rows) {
-  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
-       r += int64_t(gridDim.x) * blockDim.x) {
-    run_max[r] = -INFINITY;
-    run_sum[r] = 0.f;
-  }
-}
-
 // One block per row: the chunk's (max, sum-exp) merged into the running pair.
 template <typename T, typename I>
 __global__ void __launch_bounds__(kLossThreads)
@@ -220,13 +212,6 @@ __global__ void round_bf16_kernel(__nv_bfloat16* out, const float* in, int64_t n
 }
 
 } // namespace
-
-void lce_init(float* run_max, float* run_sum, int64_t rows, void* stream) {
-  if (rows == 0) return;
-  lce_init_kernel<<<grid_blocks(rows, kLossThreads), kLossThreads, 0, as_stream(stream)>>>(
-      run_max, run_sum, rows);
-  check_last_launch("lce_init");
-}
 
 template <typename T, typename I>
 void lce_chunk_fwd(float* run_max, float* run_sum, float* target, const T* logits, const I* labels,

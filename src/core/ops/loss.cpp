@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "src/base/dispatch.h"
 #include "src/core/autograd.h"
 #include "src/core/device_errors.h"
+#include "src/core/ops/activation.h"
 #include "src/core/ops/common.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/weight_grad_gemm.h"
@@ -185,40 +187,81 @@ CrossEntropyResult cross_entropy_impl(const Tensor& logits_in, const Tensor& lab
 
 struct LceShape {
   int64_t n = 0, h = 0, v = 0, chunk = 0, ignore_index = -100;
+  int64_t vocab_begin = 0; // the global column of the weight's row 0 (a part of a VocabSplit)
 };
 
-// Logits of the columns [v0, v0 + c): logits[N, c] = x[N, H] w[v0:v0+c, H]^T, as linear() does.
+// Logits of the weight rows [c0, c0 + c): logits[N, c] = x[N, H] w[c0:c0+c, H]^T, as linear()
+// does.
 template <typename T>
-void chunk_logits_cpu(T* logits, const T* x, const T* w, const LceShape& s, int64_t v0, int64_t c) {
+void chunk_logits_cpu(T* logits, const T* x, const T* w, const LceShape& s, int64_t c0, int64_t c) {
   kernels::cpu::GemmShape g;
   g.M = s.n;
   g.N = c;
   g.K = s.h;
   g.trans_b = true;
-  kernels::cpu::gemm<T>(logits, x, w + v0 * s.h, g);
+  kernels::cpu::gemm<T>(logits, x, w + c0 * s.h, g);
 }
 
+// Per row of x, over the chunks merged so far: the running max and sum of exp(logit - max), and
+// the label's logit (0 until its chunk comes), in f32 (f64 for f64). `sums` holds sum and target
+// one after the other, so a vocabulary split combines both in one collective.
+struct RowStats {
+  Tensor max, sums, sum, target;
+  RowStats(int64_t n, DType acc, Device d)
+      : max(Tensor::full({n}, -INFINITY, acc, d)), sums(Tensor::zeros({2, n}, acc, d)),
+        sum(sums.as_strided({n}, {1}, 0)), target(sums.as_strided({n}, {1}, n)) {}
+};
+
 template <typename T, typename I>
-void lce_fwd_cpu(acc_t<T>* row_loss, acc_t<T>* lse, const T* x, const T* w, const I* labels,
-                 const LceShape& s) {
+void lce_chunks_cpu(RowStats& st, const T* x, const T* w, const I* labels, const LceShape& s) {
   using A = acc_t<T>;
-  std::vector<A> run_max(size_t(s.n), A(-INFINITY)), run_sum(size_t(s.n), A(0)),
-      target(size_t(s.n), A(0));
-  if (s.n > 0) {
-    std::vector<T> logits(size_t(s.n * std::min(s.chunk, s.v)));
-    for (int64_t v0 = 0; v0 < s.v; v0 += s.chunk) {
-      const int64_t c = std::min(s.chunk, s.v - v0);
-      chunk_logits_cpu<T>(logits.data(), x, w, s, v0, c);
-      kernels::cpu::lce_chunk_fwd<T, I>(run_max.data(), run_sum.data(), target.data(),
-                                        logits.data(), labels, s.n, c, v0, s.ignore_index);
-    }
+  if (s.n == 0) return;
+  std::vector<T> logits(size_t(s.n * std::min(s.chunk, s.v)));
+  for (int64_t c0 = 0; c0 < s.v; c0 += s.chunk) {
+    const int64_t c = std::min(s.chunk, s.v - c0);
+    chunk_logits_cpu<T>(logits.data(), x, w, s, c0, c);
+    kernels::cpu::lce_chunk_fwd<T, I>(st.max.data<A>(), st.sum.data<A>(), st.target.data<A>(),
+                                      logits.data(), labels, s.n, c, s.vocab_begin + c0,
+                                      s.ignore_index);
   }
-  kernels::cpu::lce_finish<A, I>(row_loss, lse, run_max.data(), run_sum.data(), target.data(),
-                                 labels, s.n, s.ignore_index);
 }
 
+// A vocabulary split (VocabSplit): each row's max over the parts, then its sum-exp moved to that
+// max and summed over the parts with the target logit (which the label's part alone holds). A
+// part whose logits are all -inf adds 0; -inf on every part (no finite LM head) would give NaN.
+void combine_parts(RowStats& st, const VocabSplit& split) {
+  NoGradGuard no_grad;
+  Tensor global_max = st.max.clone();
+  split.max(global_max);
+  copy_(st.sum, mul(st.sum, exp(sub(st.max, global_max))));
+  split.sum(st.sums);
+  st.max = global_max;
+}
+
+// dx_acc[N, H] += dlogits w[c0:c0+c], in acc precision (bf16 operands widened first).
+template <typename T>
+void add_dx_cpu(acc_t<T>* dx_acc, const T* dl, const T* w, const LceShape& s, int64_t c0, int64_t c,
+                std::vector<acc_t<T>>& dl_acc, std::vector<acc_t<T>>& w_acc) {
+  using A = acc_t<T>;
+  kernels::cpu::GemmShape g;
+  g.M = s.n;
+  g.N = s.h;
+  g.K = c;
+  if constexpr (std::is_same_v<T, A>) {
+    kernels::cpu::gemm<A>(dx_acc, dl, w + c0 * s.h, g, 1.f, 1.f);
+  } else {
+    dl_acc.resize(size_t(s.n * c));
+    w_acc.resize(size_t(c * s.h));
+    for (size_t i = 0; i < dl_acc.size(); i++) dl_acc[i] = to_acc<A>(dl[i]);
+    for (size_t i = 0; i < w_acc.size(); i++) w_acc[i] = to_acc<A>(w[c0 * s.h + int64_t(i)]);
+    kernels::cpu::gemm<A>(dx_acc, dl_acc.data(), w_acc.data(), g, 1.f, 1.f);
+  }
+}
+
+// The backward's pass over the chunks: dx into dx_acc (zeroed, acc precision; rounded by the
+// caller), dw written chunk by chunk (or into an f32 .grad, beta as given).
 template <typename T, typename I>
-void lce_bwd_cpu(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const T* w,
+void lce_bwd_cpu(acc_t<T>* dx_acc, T* dw, float* dw32, float dw32_beta, const T* x, const T* w,
                  const I* labels, const acc_t<T>* lse, const acc_t<T>* grad_loss,
                  const double* scale, const LceShape& s) {
   using A = acc_t<T>;
@@ -229,51 +272,26 @@ void lce_bwd_cpu(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const T
   }
   const int64_t cmax = std::min(s.chunk, s.v);
   std::vector<T> logits(size_t(s.n * cmax)), dl(size_t(s.n * cmax));
-  std::vector<A> dx_acc(dx ? size_t(s.n * s.h) : 0, A(0));
   std::vector<A> dl_acc, w_acc; // widened copies for bf16 (dx accumulates in acc precision)
-  for (int64_t v0 = 0; v0 < s.v; v0 += s.chunk) {
-    const int64_t c = std::min(s.chunk, s.v - v0);
-    chunk_logits_cpu<T>(logits.data(), x, w, s, v0, c);
+  for (int64_t c0 = 0; c0 < s.v; c0 += s.chunk) {
+    const int64_t c = std::min(s.chunk, s.v - c0);
+    chunk_logits_cpu<T>(logits.data(), x, w, s, c0, c);
     kernels::cpu::lce_chunk_bwd<T, I>(dl.data(), logits.data(), lse, labels, grad_loss, scale, s.n,
-                                      c, v0, s.ignore_index);
-    if (dw) { // dw[v0:v0+c, H] = dl^T x, each row written once
-      kernels::cpu::GemmShape g;
-      g.M = c;
-      g.N = s.h;
-      g.K = s.n;
-      g.trans_a = true;
-      kernels::cpu::gemm<T>(dw + v0 * s.h, dl.data(), x, g);
-    }
-    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, float>)
-      if (dw32) { // the same product into an f32 .grad (accumulate_weight_grad), beta as given
-        kernels::cpu::GemmShape g;
-        g.M = c;
-        g.N = s.h;
-        g.K = s.n;
-        g.trans_a = true;
-        if constexpr (std::is_same_v<T, bf16>)
-          kernels::cpu::gemm_bf16_f32(dw32 + v0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
-        else // an f32 head whose gradient FSDP keeps in its own buffer
-          kernels::cpu::gemm<float>(dw32 + v0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
-      }
-    if (dx) { // dx_acc[N, H] += dl w[v0:v0+c]
-      kernels::cpu::GemmShape g;
-      g.M = s.n;
-      g.N = s.h;
-      g.K = c;
-      if constexpr (std::is_same_v<T, A>) {
-        kernels::cpu::gemm<A>(dx_acc.data(), dl.data(), w + v0 * s.h, g, 1.f, 1.f);
-      } else {
-        dl_acc.resize(size_t(s.n * c));
-        w_acc.resize(size_t(c * s.h));
-        for (size_t i = 0; i < dl_acc.size(); i++) dl_acc[i] = to_acc<A>(dl[i]);
-        for (size_t i = 0; i < w_acc.size(); i++) w_acc[i] = to_acc<A>(w[v0 * s.h + int64_t(i)]);
-        kernels::cpu::gemm<A>(dx_acc.data(), dl_acc.data(), w_acc.data(), g, 1.f, 1.f);
-      }
-    }
+                                      c, s.vocab_begin + c0, s.ignore_index);
+    kernels::cpu::GemmShape g; // dw[c0:c0+c, H] = dl^T x, each row written once
+    g.M = c;
+    g.N = s.h;
+    g.K = s.n;
+    g.trans_a = true;
+    if (dw) kernels::cpu::gemm<T>(dw + c0 * s.h, dl.data(), x, g);
+    if constexpr (std::is_same_v<T, bf16>)
+      if (dw32) // the same product into an f32 .grad (accumulate_weight_grad), beta as given
+        kernels::cpu::gemm_bf16_f32(dw32 + c0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
+    if constexpr (std::is_same_v<T, float>)
+      if (dw32) // an f32 head whose gradient FSDP keeps in its own buffer
+        kernels::cpu::gemm<float>(dw32 + c0 * s.h, dl.data(), x, g, 1.f, dw32_beta);
+    if (dx_acc) add_dx_cpu<T>(dx_acc, dl.data(), w, s, c0, c, dl_acc, w_acc);
   }
-  if (dx)
-    for (size_t i = 0; i < dx_acc.size(); i++) dx[i] = from_acc<T>(dx_acc[i]);
 }
 
 // The CUDA helpers are templates reached only from dispatch()'s CUDA bodies, so a CPU-only build
@@ -283,34 +301,28 @@ template <typename T> kernels::cuda::GemmType gemm_type() {
 }
 
 template <typename T>
-void chunk_logits_cuda(T* logits, const T* x, const T* w, const LceShape& s, int64_t v0, int64_t c,
+void chunk_logits_cuda(T* logits, const T* x, const T* w, const LceShape& s, int64_t c0, int64_t c,
                        void* stream) {
-  kernels::cuda::gemm(logits, gemm_type<T>(), x, w + v0 * s.h, gemm_type<T>(), s.n, c, s.h, false,
+  kernels::cuda::gemm(logits, gemm_type<T>(), x, w + c0 * s.h, gemm_type<T>(), s.n, c, s.h, false,
                       true, 1.f, 0.f, 1, 0, 0, 0, stream);
 }
 
 template <typename T, typename I>
-void lce_fwd_cuda(float* row_loss, float* lse, const T* x, const T* w, const I* labels,
-                  const LceShape& s, Device device, void* stream) {
+void lce_chunks_cuda(RowStats& st, const T* x, const T* w, const I* labels, const LceShape& s,
+                     Device device, void* stream) {
   if (s.n == 0) return;
-  Tensor state = Tensor::zeros({3, s.n}, DType::f32, device); // run_max, run_sum, target
-  float* run_max = state.data<float>();
-  float* run_sum = run_max + s.n;
-  float* target = run_sum + s.n;
-  kernels::cuda::lce_init(run_max, run_sum, s.n, stream);
   Tensor logits = Tensor::empty({s.n * std::min(s.chunk, s.v)}, dtype_of<T>(), device);
-  for (int64_t v0 = 0; v0 < s.v; v0 += s.chunk) {
-    const int64_t c = std::min(s.chunk, s.v - v0);
-    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, v0, c, stream);
-    kernels::cuda::lce_chunk_fwd<T, I>(run_max, run_sum, target, logits.data<T>(), labels, s.n, c,
-                                       v0, s.ignore_index, stream);
+  for (int64_t c0 = 0; c0 < s.v; c0 += s.chunk) {
+    const int64_t c = std::min(s.chunk, s.v - c0);
+    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, c0, c, stream);
+    kernels::cuda::lce_chunk_fwd<T, I>(st.max.data<float>(), st.sum.data<float>(),
+                                       st.target.data<float>(), logits.data<T>(), labels, s.n, c,
+                                       s.vocab_begin + c0, s.ignore_index, stream);
   }
-  kernels::cuda::lce_finish<I>(row_loss, lse, run_max, run_sum, target, labels, s.n, s.ignore_index,
-                               stream);
 }
 
 template <typename T, typename I>
-void lce_bwd_cuda(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const T* w,
+void lce_bwd_cuda(float* dx_acc, T* dw, float* dw32, float dw32_beta, const T* x, const T* w,
                   const I* labels, const float* lse, const float* grad_loss, const double* scale,
                   const LceShape& s, Device device, void* stream) {
   using kernels::cuda::GemmType;
@@ -323,24 +335,13 @@ void lce_bwd_cuda(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const 
   const int64_t cmax = std::min(s.chunk, s.v);
   Tensor logits = Tensor::empty({s.n * cmax}, dtype_of<T>(), device);
   Tensor dl = Tensor::empty({s.n * cmax}, dtype_of<T>(), device);
-  // dx accumulates over the chunks in fp32 (GEMM beta = 1) and is rounded once.
-  Tensor dx_acc;
-  float* acc = nullptr;
-  if (dx) {
-    if constexpr (std::is_same_v<T, float>) {
-      acc = dx;
-    } else {
-      dx_acc = Tensor::empty({s.n * s.h}, DType::f32, device);
-      acc = dx_acc.data<float>();
-    }
-  }
-  for (int64_t v0 = 0; v0 < s.v; v0 += s.chunk) {
-    const int64_t c = std::min(s.chunk, s.v - v0);
-    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, v0, c, stream);
+  for (int64_t c0 = 0; c0 < s.v; c0 += s.chunk) {
+    const int64_t c = std::min(s.chunk, s.v - c0);
+    chunk_logits_cuda<T>(logits.data<T>(), x, w, s, c0, c, stream);
     kernels::cuda::lce_chunk_bwd<T, I>(dl.data<T>(), logits.data<T>(), lse, labels, grad_loss,
-                                       scale, s.n, c, v0, s.ignore_index, stream);
+                                       scale, s.n, c, s.vocab_begin + c0, s.ignore_index, stream);
     if (dw)
-      kernels::cuda::gemm(dw + v0 * s.h, gemm_type<T>(), dl.data<T>(), x, gemm_type<T>(), c, s.h,
+      kernels::cuda::gemm(dw + c0 * s.h, gemm_type<T>(), dl.data<T>(), x, gemm_type<T>(), c, s.h,
                           s.n, true, false, 1.f, 0.f, 1, 0, 0, 0, stream);
     if constexpr (std::is_same_v<T, bf16>)
       if (dw32) { // the same product into an f32 .grad (accumulate_weight_grad), beta as given
@@ -349,28 +350,52 @@ void lce_bwd_cuda(T* dx, T* dw, float* dw32, float dw32_beta, const T* x, const 
         g.N = s.h;
         g.K = s.n;
         g.trans_a = true;
-        weight_grad_gemm(dw32 + v0 * s.h, dl.data<T>(), x, g, dw32_beta, device);
+        weight_grad_gemm(dw32 + c0 * s.h, dl.data<T>(), x, g, dw32_beta, device);
       }
     if constexpr (std::is_same_v<T, float>)
       if (dw32) // an f32 head whose gradient FSDP keeps in its own buffer: dw's product, beta given
-        kernels::cuda::gemm(dw32 + v0 * s.h, GemmType::f32, dl.data<T>(), x, GemmType::f32, c, s.h,
+        kernels::cuda::gemm(dw32 + c0 * s.h, GemmType::f32, dl.data<T>(), x, GemmType::f32, c, s.h,
                             s.n, true, false, 1.f, dw32_beta, 1, 0, 0, 0, stream);
-    if (dx)
-      kernels::cuda::gemm(acc, GemmType::f32, dl.data<T>(), w + v0 * s.h, gemm_type<T>(), s.n, s.h,
-                          c, false, false, 1.f, v0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, stream);
+    // dx_acc[N, H] (+)= dl w[c0:c0+c] in fp32 (GEMM beta 1 after the first chunk)
+    if (dx_acc)
+      kernels::cuda::gemm(dx_acc, GemmType::f32, dl.data<T>(), w + c0 * s.h, gemm_type<T>(), s.n,
+                          s.h, c, false, false, 1.f, c0 == 0 ? 0.f : 1.f, 1, 0, 0, 0, stream);
   }
-  if constexpr (!std::is_same_v<T, float>)
-    if (dx) kernels::cuda::round_to_bf16(dx, acc, s.n * s.h, stream);
+}
+
+// dx in `dtype` from its acc-precision sum, rounded once.
+Tensor round_dx(const Tensor& dx_acc, DType dtype) {
+  if (dx_acc.dtype() == dtype) return dx_acc;
+  Tensor dx = Tensor::empty(dx_acc.shape(), dtype, dx_acc.device());
+  const int64_t n = dx_acc.numel();
+  dispatch(
+      "linear_cross_entropy", dx.device(), dtype,
+      [&](auto t) {
+        using T = decltype(t);
+        const auto* a = dx_acc.data<acc_t<T>>();
+        T* out = dx.data<T>();
+        for (int64_t i = 0; i < n; i++) out[i] = from_acc<T>(a[i]);
+      },
+      [&](auto t, void* stream) {
+        using T = decltype(t);
+        if constexpr (std::is_same_v<T, bf16>)
+          kernels::cuda::round_to_bf16(dx.data<bf16>(), dx_acc.data<float>(), n, stream);
+      });
+  return dx;
 }
 
 struct LinearCrossEntropyBackward final : Node {
   Tensor x, weight, labels, lse; // contiguous, no history
   Tensor scale;                  // 0-dim f64, as CrossEntropyBackward's
   LceShape shape;
+  std::optional<VocabSplit> split;
   const char* name() const override { return "LinearCrossEntropyBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& g) override {
     Tensor g_loss = g[0].to(lse.dtype()).contiguous();
-    Tensor dx = needs_input_grad(0) ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+    // dx accumulates over the chunks in acc precision (over a split's parts too) and is rounded
+    // once.
+    Tensor dx_acc =
+        needs_input_grad(0) ? Tensor::zeros(x.shape(), lse.dtype(), x.device()) : Tensor();
     Tensor dw;
     auto out = [](const Tensor& t, auto tag) {
       using T = decltype(tag);
@@ -383,13 +408,13 @@ struct LinearCrossEntropyBackward final : Node {
             name(), x.device(), x.dtype(),
             [&](auto t) {
               using T = decltype(t);
-              lce_bwd_cpu<T, I>(out(dx, t), out(dw, t), dw32, dw32_beta, x.data<T>(),
+              lce_bwd_cpu<T, I>(out(dx_acc, acc_t<T>{}), out(dw, t), dw32, dw32_beta, x.data<T>(),
                                 weight.data<T>(), labels.data<I>(), lse.data<acc_t<T>>(),
                                 g_loss.data<acc_t<T>>(), scale.data<double>(), shape);
             },
             [&](auto t, void* stream) {
               using T = decltype(t);
-              lce_bwd_cuda<T, I>(out(dx, t), out(dw, t), dw32, dw32_beta, x.data<T>(),
+              lce_bwd_cuda<T, I>(out(dx_acc, float{}), out(dw, t), dw32, dw32_beta, x.data<T>(),
                                  weight.data<T>(), labels.data<I>(), lse.data<float>(),
                                  g_loss.data<float>(), scale.data<double>(), shape, x.device(),
                                  stream);
@@ -415,6 +440,11 @@ struct LinearCrossEntropyBackward final : Node {
       if (needs_input_grad(1)) dw = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
       run(nullptr, 0.f);
     }
+    Tensor dx;
+    if (dx_acc.defined()) {
+      if (split && shape.n > 0) split->sum(dx_acc); // every part's share of dx
+      dx = round_dx(dx_acc, x.dtype());
+    }
     return {dx, dw};
   }
   void release() override { x = weight = labels = lse = scale = Tensor(); }
@@ -423,7 +453,8 @@ struct LinearCrossEntropyBackward final : Node {
 } // namespace
 
 Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const Tensor& labels_in,
-                            int64_t ignore_index, Reduction reduction, int64_t vocab_chunk) {
+                            int64_t ignore_index, Reduction reduction, int64_t vocab_chunk,
+                            const VocabSplit* split) {
   const char* op = "linear_cross_entropy";
   check_float(op, "x", x_in);
   check_float(op, "weight", weight_in);
@@ -444,6 +475,12 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   if (x_in.device().is_cuda())
     VLM_CHECK(x_in.dtype() == DType::f32 || x_in.dtype() == DType::bf16, op,
               ": CUDA kernels take f32 or bf16, got ", x_in.desc(), " (f64 runs on CPU only)");
+  if (split)
+    VLM_CHECK(split->vocab_begin >= 0 && split->vocab_begin + weight_in.size(0) <= split->vocab &&
+                  split->sum && split->max,
+              op, ": rows [", split->vocab_begin, ", ", split->vocab_begin + weight_in.size(0),
+              ") of ", describe("weight", weight_in), " are outside the vocabulary [0, ",
+              split->vocab, ") (or the split has no combine functions)");
 
   Tensor x, weight, labels;
   {
@@ -458,7 +495,28 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   s.v = weight.size(0);
   s.chunk = std::min(vocab_chunk, s.v);
   s.ignore_index = ignore_index;
+  s.vocab_begin = split ? split->vocab_begin : 0;
+  const int64_t vocab = split ? split->vocab : s.v; // labels index the whole vocabulary
   const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  RowStats stats(s.n, acc, x.device());
+  int64_t num_valid = 0; // CPU: counted while the labels are checked, before any collective
+  VLM_DISPATCH_INDEX(labels.dtype(), op, I, [&] {
+    dispatch(
+        op, x.device(), x.dtype(),
+        [&](auto t) {
+          using T = decltype(t);
+          num_valid =
+              validate_labels_cpu(op, labels, s.n, vocab, ignore_index, "weight", weight_in);
+          lce_chunks_cpu<T, I>(stats, x.data<T>(), weight.data<T>(), labels.data<I>(), s);
+        },
+        [&](auto t, void* stream) {
+          using T = decltype(t);
+          lce_chunks_cuda<T, I>(stats, x.data<T>(), weight.data<T>(), labels.data<I>(), s,
+                                x.device(), stream);
+        });
+  });
+  // Every part has the same rows, so all of them combine, or none.
+  if (split && s.n > 0) combine_parts(stats, *split);
   Tensor row_loss = Tensor::empty({s.n}, acc, x.device());
   Tensor lse = Tensor::empty({s.n}, acc, x.device());
   LossTotals totals;
@@ -466,19 +524,20 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
     dispatch(
         op, x.device(), x.dtype(),
         [&](auto t) {
-          using T = decltype(t);
-          const int64_t num_valid =
-              validate_labels_cpu(op, labels, s.n, s.v, ignore_index, "weight", weight_in);
-          lce_fwd_cpu<T, I>(row_loss.data<acc_t<T>>(), lse.data<acc_t<T>>(), x.data<T>(),
-                            weight.data<T>(), labels.data<I>(), s);
+          using A = acc_t<decltype(t)>;
+          kernels::cpu::lce_finish<A, I>(row_loss.data<A>(), lse.data<A>(), stats.max.data<A>(),
+                                         stats.sum.data<A>(), stats.target.data<A>(),
+                                         labels.data<I>(), s.n, ignore_index);
           totals = reduce_cpu(row_loss, num_valid, reduction, acc); // fixed order, as cross_entropy
         },
-        [&](auto t, void* stream) {
-          using T = decltype(t);
-          lce_fwd_cuda<T, I>(row_loss.data<float>(), lse.data<float>(), x.data<T>(),
-                             weight.data<T>(), labels.data<I>(), s, x.device(), stream);
-          totals = reduce_cuda<I>(row_loss, labels, s.v, ignore_index, reduction,
-                                  label_error(op, s.v, "weight", weight_in, ignore_index), stream);
+        [&](auto, void* stream) {
+          kernels::cuda::lce_finish<I>(row_loss.data<float>(), lse.data<float>(),
+                                       stats.max.data<float>(), stats.sum.data<float>(),
+                                       stats.target.data<float>(), labels.data<I>(), s.n,
+                                       ignore_index, stream);
+          totals =
+              reduce_cuda<I>(row_loss, labels, vocab, ignore_index, reduction,
+                             label_error(op, vocab, "weight", weight_in, ignore_index), stream);
         });
   });
   Tensor loss = totals.loss;
@@ -490,6 +549,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
     node->lse = lse;
     node->scale = totals.scale;
     node->shape = s;
+    if (split) node->split = *split;
     record(node, {&x_in, &weight_in}, {&loss});
   }
   return loss;

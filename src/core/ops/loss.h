@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "src/core/tensor.h"
 
@@ -45,8 +46,20 @@ CrossEntropyResult cross_entropy_sum(const Tensor& logits, const Tensor& labels,
 // labels: [N] i32/i64. Same dtype/device rules as linear and cross_entropy (CUDA: f32/bf16, no
 // synchronization, deferred label checks). Returns the 0-dim loss (f32; f64 for f64) on x's
 // device; differentiable in x and weight.
+//
+// With `split`, `weight` is one part of a vocabulary split over several ranks (tensor
+// parallelism: parallel/tp/vocab_parallel.h), and the loss is the whole vocabulary's: each part
+// merges its own rows' chunks, then `split` combines the per-row statistics over the parts (the
+// max, then [sum-exp; target logit] summed), and the backward sums dx over them before it is
+// rounded. Every part passes the same x and labels and gets the same loss; its weight gets the
+// gradient of its own rows. Nothing here knows ranks: the split's functions are the collectives.
+struct VocabSplit {
+  int64_t vocab_begin = 0, vocab = 0; // the part's first global row; the whole vocabulary
+  // In place over the parts (a group's all-reduce): called in the same order on every part.
+  std::function<void(const Tensor&)> sum, max;
+};
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& labels,
                             int64_t ignore_index = -100, Reduction reduction = Reduction::mean,
-                            int64_t vocab_chunk = 8192);
+                            int64_t vocab_chunk = 8192, const VocabSplit* split = nullptr);
 
 } // namespace vlm
