@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
+#include <set>
 
 #include "parallel/tensor_parallel_ops.h"
 #include "parallel/vocab_parallel.h"
@@ -81,157 +82,186 @@ TpPlacement split_placement(const std::string& name, const Shape& shape, int64_t
 
 TensorParallel::TensorParallel(nn::Module& root, const TpPlan& plan, ProcessGroup& tp,
                                bool sequence_parallel)
-    : root_(&root), tp_(&tp), sequence_parallel_(sequence_parallel) {
+    : root_(&root), tp_(&tp), state_(std::make_shared<State>()),
+      sequence_parallel_(sequence_parallel) {
   VLM_CHECK(!sequence_parallel || !plan.sequence_region.empty(),
             "tensor parallel: this model's plan names no layers to split by tokens; set "
             "parallel.sequence_parallel = false");
-  const std::string region = sequence_parallel ? plan.sequence_region + "." : std::string();
-  auto in_region = [&](const std::string& name) {
-    return sequence_parallel && name.rfind(region, 0) == 0;
-  };
-  const int64_t T = tp.size(), r = tp.rank();
-  std::map<std::string, bool> declared_only; // described, not allocated: only its part will be
+  std::set<std::string> declared_only; // described, not allocated: only its part will be
   for (const nn::ParameterSpec& p : root.parameter_specs()) {
-    placements_[p.name] = {p.shape, -1, {}, T, false};
-    declared_only[p.name] = !p.materialized;
+    placements_[p.name] = {p.shape, -1, {}, tp.size(), false};
+    if (!p.materialized) declared_only.insert(p.name);
   }
-
-  auto split = [&](const std::string& name, int64_t dim, const std::vector<TpSegment>& segments) {
-    auto it = placements_.find(name);
-    VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
-              ", which the model does not have");
-    VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name, " is split twice by the plan");
-    TpPlacement placement = split_placement(name, it->second.global_shape, dim, segments, T, r);
-    if (declared_only.at(name)) {
-      Shape local_shape = placement.global_shape;
-      local_shape[size_t(dim)] = 0;
-      for (const auto& range : placement.ranges) local_shape[size_t(dim)] += range.second;
-      root.set_local_shape(name, local_shape);
-      it->second = std::move(placement);
-      return;
-    }
-    const Tensor full = root.find_parameter(name);
-    Tensor local;
-    {
-      NoGradGuard no_grad;
-      std::vector<Tensor> pieces;
-      for (const auto& [begin, length] : placement.ranges)
-        pieces.push_back(slice(full, dim, begin, begin + length));
-      local = (pieces.size() == 1 ? copy(pieces[0]) : concat(pieces, dim)).detach();
-    }
-    local.set_requires_grad(full.requires_grad());
-    if (full.grad_dtype() != full.dtype()) local.set_grad_dtype(full.grad_dtype());
-    root.replace_parameter(name, local);
-    it->second = std::move(placement);
-  };
-
-  state_ = std::make_shared<State>();
-  const std::shared_ptr<State> state = state_;
-  ProcessGroup* group = &tp;
-  for (const TpPlan::Module& m : plan.modules) {
-    nn::Module& module = root.find_module(m.path);
-    const std::string prefix = m.path.empty() ? "" : m.path + ".";
-    if (m.style == TpStyle::vocab) {
-      auto* emb = dynamic_cast<nn::Embedding*>(&module);
-      VLM_CHECK(emb, "tensor parallel: ", m.path, " is a ", module.type_name(),
-                ", not an Embedding");
-      const int64_t V = placements_.at(prefix + "weight").global_shape[0];
-      split(prefix + "weight", 0, {{V, V}});
-      const int64_t begin = r * (V / T);
-      wrappers_.emplace_back(emb, emb->add_forward_wrapper([emb, group, begin, state](
-                                                               const nn::Module::Forward& forward,
-                                                               const std::vector<Tensor>& in) {
-        if (state->gathered) return forward(in);
-        return std::vector{vocab_parallel_embedding(emb->weight(), in[0], begin, *group)};
-      }));
-      continue;
-    }
-    auto* lin = dynamic_cast<nn::Linear*>(&module);
-    VLM_CHECK(lin, "tensor parallel: ", m.path, " is a ", module.type_name(), ", not a Linear");
-    const bool rows_split = in_region(m.path);
-    if (m.optional && !std::all_of(m.segments.begin(), m.segments.end(),
-                                   [&](const TpSegment& s) { return s.parts % T == 0; })) {
-      // Inside the split rows a whole pair would attend over the rank's rows only.
-      VLM_CHECK(!rows_split, "tensor parallel: ", m.path,
-                " cannot stay whole under sequence parallelism; set parallel.tp_size to a "
-                "divisor of its heads");
-      left_whole_.push_back(m.path);
-      continue;
-    }
-    if (m.style == TpStyle::colwise) {
-      split(prefix + "weight", 0, m.segments);
-      if (lin->has_param("bias")) split(prefix + "bias", 0, m.segments);
-      wrappers_.emplace_back(lin, lin->add_forward_wrapper(
-                                      [state, group, rows_split](const nn::Module::Forward& forward,
-                                                                 const std::vector<Tensor>& in) {
-                                        if (state->gathered) return forward(in);
-                                        return forward({state->enter(in[0], *group, rows_split)});
-                                      }));
-    } else {
-      split(prefix + "weight", 1, m.segments);
-      // Shared columns would be summed once per sharing rank.
-      VLM_CHECK(placements_.at(prefix + "weight").replicas == 1, "tensor parallel: ", m.path,
-                ": its ", m.segments[0].parts, " heads (or rows) are fewer than tp = ", T,
-                " ranks; a row-parallel projection needs at least one per rank");
-      // Each rank's product is a partial sum; the (replicated) bias is added once, after the sum.
-      wrappers_.emplace_back(lin, lin->add_forward_wrapper([state, group, lin, rows_split](
-                                                               const nn::Module::Forward& forward,
-                                                               const std::vector<Tensor>& in) {
-        if (state->gathered) return forward(in);
-        state->leave();
-        const Tensor partial = linear(in[0], lin->weight());
-        Tensor y =
-            rows_split ? reduce_scatter_rows(partial, *group) : reduce_from_tp(partial, *group);
-        if (lin->bias().defined()) y = add(y, lin->bias());
-        return std::vector{y};
-      }));
-    }
-  }
+  declared_only_ = &declared_only;
+  const std::string region = sequence_parallel ? plan.sequence_region + "." : std::string();
+  for (const TpPlan::Module& m : plan.modules)
+    apply_style(m, sequence_parallel && m.path.rfind(region, 0) == 0);
   for (const TpPlan::Param& p : plan.params) split(p.name, p.dim, p.segments);
-  if (!plan.head.empty()) {
-    const auto it = placements_.find(plan.head);
-    VLM_CHECK(it != placements_.end(), "tensor parallel: the plan's head ", plan.head,
-              " is not a parameter of the model");
-    if (!it->second.sharded()) { // untied (a tied head is the embedding, split above)
-      const int64_t V = it->second.global_shape[0];
-      split(plan.head, 0, {{V, V}});
-    }
-    VLM_CHECK(it->second.ranges.size() == 1 && it->second.replicas == 1,
-              "tensor parallel: ", plan.head, ": the head's vocabulary must split evenly");
-    vocab_parallel_head_ = true;
-  }
-  for (const std::string& name : plan.partial_grads) {
-    auto it = placements_.find(name);
-    VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
-              ", which the model does not have");
-    VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name,
-              " is split; only replicated weights have partial gradients");
-    it->second.partial_grad = true;
-  }
-  if (sequence_parallel) {
-    // The region's replicated weights (norms, row-parallel biases) see the rank's rows only.
-    for (auto& [name, p] : placements_)
-      if (in_region(name) && !p.sharded()) p.partial_grad = true;
-    nn::Module& module = root.find_module(plan.sequence_region);
-    wrappers_.emplace_back(
-        &module, module.add_forward_wrapper([state, group](const nn::Module::Forward& forward,
-                                                           const std::vector<Tensor>& in) {
-          if (state->gathered) return forward(in);
-          const int64_t rows = in[0].size(0);
-          std::vector<Tensor> blocks;
-          for (const Tensor& x : in) {
-            VLM_CHECK(x.size(0) == rows, "sequence parallel: the region's inputs must share their ",
-                      rows, " rows, got ", x.desc());
-            blocks.push_back(split_rows(x, *group));
-          }
-          state->rows = rows;
-          const std::vector<Tensor> out = forward(blocks);
-          state->leave();
-          return std::vector{gather_rows(out[0], rows, *group)};
-        }));
-  }
+  if (!plan.head.empty()) split_head(plan.head);
+  for (const std::string& name : plan.partial_grads) mark_partial_grad(name);
+  if (sequence_parallel) split_sequence_region(plan.sequence_region);
+  declared_only_ = nullptr;
   for (const auto& [name, p] : placements_)
     if (p.sharded() && p.replicas > 1) replica_group(p.replicas);
+}
+
+void TensorParallel::split(const std::string& name, int64_t dim,
+                           const std::vector<TpSegment>& segments) {
+  auto it = placements_.find(name);
+  VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
+            ", which the model does not have");
+  VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name, " is split twice by the plan");
+  TpPlacement placement =
+      split_placement(name, it->second.global_shape, dim, segments, tp_->size(), tp_->rank());
+  if (declared_only_->count(name)) { // only the part's shape: it is allocated split
+    Shape local_shape = placement.global_shape;
+    local_shape[size_t(dim)] = 0;
+    for (const auto& range : placement.ranges) local_shape[size_t(dim)] += range.second;
+    root_->set_local_shape(name, local_shape);
+    it->second = std::move(placement);
+    return;
+  }
+  const Tensor full = root_->find_parameter(name);
+  Tensor local;
+  {
+    NoGradGuard no_grad;
+    std::vector<Tensor> pieces;
+    for (const auto& [begin, length] : placement.ranges)
+      pieces.push_back(slice(full, dim, begin, begin + length));
+    local = (pieces.size() == 1 ? copy(pieces[0]) : concat(pieces, dim)).detach();
+  }
+  local.set_requires_grad(full.requires_grad());
+  if (full.grad_dtype() != full.dtype()) local.set_grad_dtype(full.grad_dtype());
+  root_->replace_parameter(name, local);
+  it->second = std::move(placement);
+}
+
+void TensorParallel::apply_style(const TpPlan::Module& m, bool rows_split) {
+  nn::Module& module = root_->find_module(m.path);
+  const std::string prefix = m.path.empty() ? "" : m.path + ".";
+  if (m.style == TpStyle::vocab) {
+    auto* emb = dynamic_cast<nn::Embedding*>(&module);
+    VLM_CHECK(emb, "tensor parallel: ", m.path, " is a ", module.type_name(), ", not an Embedding");
+    return vocab_parallel(*emb, prefix);
+  }
+  auto* lin = dynamic_cast<nn::Linear*>(&module);
+  VLM_CHECK(lin, "tensor parallel: ", m.path, " is a ", module.type_name(), ", not a Linear");
+  const int64_t T = tp_->size();
+  if (m.optional && !std::all_of(m.segments.begin(), m.segments.end(),
+                                 [&](const TpSegment& s) { return s.parts % T == 0; })) {
+    // Inside the split rows a whole pair would attend over the rank's rows only.
+    VLM_CHECK(!rows_split, "tensor parallel: ", m.path,
+              " cannot stay whole under sequence parallelism; set parallel.tp_size to a "
+              "divisor of its heads");
+    left_whole_.push_back(m.path);
+    return;
+  }
+  if (m.style == TpStyle::colwise)
+    colwise_parallel(*lin, prefix, m.segments, rows_split);
+  else
+    rowwise_parallel(*lin, prefix, m.segments, rows_split);
+}
+
+// The embedding's rows split by vocabulary; the lookup sums the ranks' parts.
+void TensorParallel::vocab_parallel(nn::Embedding& emb, const std::string& prefix) {
+  const int64_t V = placements_.at(prefix + "weight").global_shape[0];
+  split(prefix + "weight", 0, {{V, V}});
+  const int64_t begin = tp_->rank() * (V / tp_->size());
+  ProcessGroup* group = tp_;
+  nn::Embedding* e = &emb;
+  wrappers_.emplace_back(e, e->add_forward_wrapper([e, group, begin, state = state_](
+                                                       const nn::Module::Forward& forward,
+                                                       const std::vector<Tensor>& in) {
+    if (state->gathered) return forward(in);
+    return std::vector{vocab_parallel_embedding(e->weight(), in[0], begin, *group)};
+  }));
+}
+
+// Output rows split; the input enters the parallel region (once per input tensor).
+void TensorParallel::colwise_parallel(nn::Linear& lin, const std::string& prefix,
+                                      const std::vector<TpSegment>& segments, bool rows_split) {
+  split(prefix + "weight", 0, segments);
+  if (lin.has_param("bias")) split(prefix + "bias", 0, segments);
+  ProcessGroup* group = tp_;
+  wrappers_.emplace_back(&lin, lin.add_forward_wrapper([state = state_, group, rows_split](
+                                                           const nn::Module::Forward& forward,
+                                                           const std::vector<Tensor>& in) {
+    if (state->gathered) return forward(in);
+    return forward({state->enter(in[0], *group, rows_split)});
+  }));
+}
+
+// Input columns split; each rank's product is a partial sum, summed (or reduce-scattered by
+// rows) before the replicated bias is added once.
+void TensorParallel::rowwise_parallel(nn::Linear& lin, const std::string& prefix,
+                                      const std::vector<TpSegment>& segments, bool rows_split) {
+  split(prefix + "weight", 1, segments);
+  // Shared columns would be summed once per sharing rank.
+  VLM_CHECK(placements_.at(prefix + "weight").replicas == 1,
+            "tensor parallel: ", prefix.substr(0, prefix.size() - 1), ": its ", segments[0].parts,
+            " heads (or rows) are fewer than tp = ", tp_->size(),
+            " ranks; a row-parallel projection needs at least one per rank");
+  ProcessGroup* group = tp_;
+  nn::Linear* l = &lin;
+  wrappers_.emplace_back(l, l->add_forward_wrapper([state = state_, group, l,
+                                                    rows_split](const nn::Module::Forward& forward,
+                                                                const std::vector<Tensor>& in) {
+    if (state->gathered) return forward(in);
+    state->leave();
+    const Tensor partial = linear(in[0], l->weight());
+    Tensor y = rows_split ? reduce_scatter_rows(partial, *group) : reduce_from_tp(partial, *group);
+    if (l->bias().defined()) y = add(y, l->bias());
+    return std::vector{y};
+  }));
+}
+
+// An untied head split by vocabulary like the embedding (a tied one was split with it).
+void TensorParallel::split_head(const std::string& head) {
+  const auto it = placements_.find(head);
+  VLM_CHECK(it != placements_.end(), "tensor parallel: the plan's head ", head,
+            " is not a parameter of the model");
+  if (!it->second.sharded()) {
+    const int64_t V = it->second.global_shape[0];
+    split(head, 0, {{V, V}});
+  }
+  VLM_CHECK(it->second.ranges.size() == 1 && it->second.replicas == 1, "tensor parallel: ", head,
+            ": the head's vocabulary must split evenly");
+  vocab_parallel_head_ = true;
+}
+
+void TensorParallel::mark_partial_grad(const std::string& name) {
+  auto it = placements_.find(name);
+  VLM_CHECK(it != placements_.end(), "tensor parallel: the plan names ", name,
+            ", which the model does not have");
+  VLM_CHECK(!it->second.sharded(), "tensor parallel: ", name,
+            " is split; only replicated weights have partial gradients");
+  it->second.partial_grad = true;
+}
+
+// The region's inputs enter as each rank's block of rows and its output is gathered whole; its
+// replicated weights (norms, row-parallel biases) see the rank's rows only.
+void TensorParallel::split_sequence_region(const std::string& path) {
+  const std::string region = path + ".";
+  for (auto& [name, p] : placements_)
+    if (name.rfind(region, 0) == 0 && !p.sharded()) p.partial_grad = true;
+  nn::Module& module = root_->find_module(path);
+  ProcessGroup* group = tp_;
+  wrappers_.emplace_back(&module, module.add_forward_wrapper([state = state_, group](
+                                                                 const nn::Module::Forward& forward,
+                                                                 const std::vector<Tensor>& in) {
+    if (state->gathered) return forward(in);
+    const int64_t rows = in[0].size(0);
+    std::vector<Tensor> blocks;
+    for (const Tensor& x : in) {
+      VLM_CHECK(x.size(0) == rows, "sequence parallel: the region's inputs must share their ", rows,
+                " rows, got ", x.desc());
+      blocks.push_back(split_rows(x, *group));
+    }
+    state->rows = rows;
+    const std::vector<Tensor> out = forward(blocks);
+    state->leave();
+    return std::vector{gather_rows(out[0], rows, *group)};
+  }));
 }
 
 TensorParallel::~TensorParallel() {

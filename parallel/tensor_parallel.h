@@ -41,12 +41,18 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "parallel/process_group.h"
 #include "src/nn/module.h"
+
+namespace vlm::nn {
+class Embedding;
+class Linear;
+} // namespace vlm::nn
 
 namespace vlm::parallel {
 
@@ -148,10 +154,24 @@ public:
   struct State;
 
 private:
+  // The construction, one step of the plan each: `split` records a parameter's placement and
+  // keeps this rank's part; each style splits its module's parameters and attaches its
+  // collectives (rows_split: inside the sequence region).
+  void split(const std::string& name, int64_t dim, const std::vector<TpSegment>& segments);
+  void apply_style(const TpPlan::Module& m, bool rows_split);
+  void vocab_parallel(nn::Embedding& emb, const std::string& prefix);
+  void colwise_parallel(nn::Linear& lin, const std::string& prefix,
+                        const std::vector<TpSegment>& segments, bool rows_split);
+  void rowwise_parallel(nn::Linear& lin, const std::string& prefix,
+                        const std::vector<TpSegment>& segments, bool rows_split);
+  void split_head(const std::string& head);
+  void mark_partial_grad(const std::string& name);
+  void split_sequence_region(const std::string& path);
   ProcessGroup& replica_group(int64_t replicas);
 
   nn::Module* root_;
   ProcessGroup* tp_;
+  const std::set<std::string>* declared_only_ = nullptr; // while constructing: not allocated
   std::map<std::string, TpPlacement> placements_;
   std::map<int64_t, std::unique_ptr<ProcessGroup>> replica_groups_; // by replicas, 1 < r < tp
   std::vector<std::pair<nn::Module*, size_t>> wrappers_;
