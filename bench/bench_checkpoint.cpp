@@ -12,7 +12,7 @@
 // median is reported (bench/timing.h). Rank 0 prints GB/s and ratio = reference time /
 // checkpoint time (target >= 0.7). Reads come from the page cache on both sides (the bench cannot
 // drop it), so they time the software path, not the disk.
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -31,8 +31,8 @@
 #include "bench/record.h"
 #include "bench/timing.h"
 #include "io/state/hdf5_state.h"
-#include "parallel/mpi_env.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/mpi_env.h"
+#include "parallel/comm/process_group.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"
 #include "src/core/tensor.h"

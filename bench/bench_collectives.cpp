@@ -11,7 +11,7 @@
 //   cuda  ours (NCCL on the group's communication stream, ordered by events) against the raw
 //         NCCL calls on a communicator and stream of the bench's own, each side synchronized
 //         after every call; one GPU per rank (cuda:local_rank).
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 
 #include <cstdio>
 #include <functional>
@@ -23,8 +23,8 @@
 #include "bench/record.h"
 #include "bench/timing.h"
 #include "kernels/nccl.h"
-#include "parallel/mpi_env.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/mpi_env.h"
+#include "parallel/comm/process_group.h"
 #include "src/core/device.h"
 #include "src/core/stream.h"
 #include "src/core/tensor.h"

@@ -18,7 +18,7 @@
 //   step     the real step: forward, backward, gradient reduction, clipping, AdamW, over the
 //            world as --layout says (hsdp: 2 replicas);
 //   compute  the same step with every collective replaced by a local copy into the same buffers
-//            (parallel/local_group.h, of the same size and rank: the same packing, copies and
+//            (parallel/comm/local_group.h, of the same size and rank: the same packing, copies and
 //            kernels, no communication; its numbers are not a real job's and are thrown away);
 //   comm     the step's collectives alone: recorded from a real step (kind, group, size, in
 //            order) and replayed back to back on the same groups;
@@ -52,11 +52,11 @@
 #include "bench/bench_step_setup.h"
 #include "bench/record.h"
 #include "model/model_spec.h"
-#include "parallel/activation_checkpointing.h"
-#include "parallel/fsdp.h"
-#include "parallel/local_group.h"
-#include "parallel/mesh.h"
-#include "parallel/mpi_env.h"
+#include "parallel/ac/activation_checkpointing.h"
+#include "parallel/comm/local_group.h"
+#include "parallel/comm/mesh.h"
+#include "parallel/comm/mpi_env.h"
+#include "parallel/fsdp/fsdp.h"
 #include "parallel/parallelize.h"
 #include "src/base/check.h"
 #include "src/base/rng.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/base/check.h"
 
 namespace vlm::bench {

@@ -1,7 +1,8 @@
-// NCCL for parallel/process_group.cpp: communicators and the collectives FSDP and TP use, on raw
-// device pointers and a stream. Plain C++ (no NCCL or CUDA headers), like gpu_runtime.h: a build
-// without NCCL, or without CUDA, has these declarations too and every call throws, naming what
-// is missing. Communicators are opaque `void*` (an ncclComm_t); streams are `void*` (cudaStream_t).
+// NCCL for parallel/comm/process_group.cpp: communicators and the collectives FSDP and TP use, on
+// raw device pointers and a stream. Plain C++ (no NCCL or CUDA headers), like gpu_runtime.h: a
+// build without NCCL, or without CUDA, has these declarations too and every call throws, naming
+// what is missing. Communicators are opaque `void*` (an ncclComm_t); streams are `void*`
+// (cudaStream_t).
 #pragma once
 
 #include <cstddef>

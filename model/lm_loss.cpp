@@ -1,6 +1,6 @@
 #include "model/lm_loss.h"
 
-#include "parallel/vocab_parallel.h"
+#include "parallel/tp/vocab_parallel.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/matmul.h"
 #include "src/core/ops/shape_ops.h"

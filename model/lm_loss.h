@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "model/causal_lm.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/core/ops/loss.h"
 
 namespace vlm::model {
@@ -17,9 +17,9 @@ namespace vlm::model {
 // (linear_cross_entropy), never holding [T, vocab] logits — for large vocabularies or long rows.
 struct LossOptions {
   int64_t vocab_chunk = 0;
-  // Tensor parallelism's split head (parallel/tensor_parallel.h): the head weight holds rows
+  // Tensor parallelism's split head (parallel/tp/tensor_parallel.h): the head weight holds rows
   // [rank·rows, (rank+1)·rows) of the vocabulary on each rank of this group, and the loss is
-  // loss-parallel (parallel/vocab_parallel.h): the logits are never gathered.
+  // loss-parallel (parallel/tp/vocab_parallel.h): the logits are never gathered.
   parallel::ProcessGroup* vocab_group = nullptr;
 };
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/causal_lm.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tp/tensor_parallel.h"
 
 namespace vlm::model {
 
@@ -39,7 +39,7 @@ struct ModelSpec {
   std::function<std::shared_ptr<CausalLM>(const nlohmann::json& config, const std::string& where,
                                           DType param_dtype)>
       build;
-  // What tensor parallelism splits (parallel/tensor_parallel.h) in a model `build` made; empty:
+  // What tensor parallelism splits (parallel/tp/tensor_parallel.h) in a model `build` made; empty:
   // the family has no plan and tp > 1 is an error.
   std::function<parallel::TpPlan(const CausalLM& model)> tp_plan;
   // Built-in configs by name (model.preset), as config.json objects for `build`.

@@ -1,13 +1,13 @@
 // The one composition point of parallelism (DESIGN.md §2.2, §6): parallelize() applies, to a model
 // that is only described (DESIGN.md §2.1: the trainer) or already built and loaded on the host
 // (`dump`, the benchmarks, tests),
-//   1. tensor parallelism (parallel/tensor_parallel.h) by the family's plan: first, since AC and
+//   1. tensor parallelism (parallel/tp/tensor_parallel.h) by the family's plan: first, since AC and
 //      FSDP wrap whatever the projections have become — split weights, their collectives as
 //      Module wrappers — and FSDP then shards each rank's split parameters over its dp_shard
 //      peers (the same tensor-parallel rank in every data-parallel replica),
-//   2. activation checkpointing on the blocks (parallel/activation_checkpointing.h), so that a
+//   2. activation checkpointing on the blocks (parallel/ac/activation_checkpointing.h), so that a
 //      recomputation re-runs the block's TP collectives too,
-//   3. FSDP / HSDP / DDP over the data-parallel groups (parallel/fsdp.h), last, so its gather
+//   3. FSDP / HSDP / DDP over the data-parallel groups (parallel/fsdp/fsdp.h), last, so its gather
 //      wrapper sits outside the checkpoint's and a block is whole while it is recomputed,
 // then allocates (or moves) whatever FSDP did not shard on the device. A described model comes out
 // allocated in its local parts only — TP sets their shapes, FSDP allocates its flat shards — and
@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/activation_checkpointing.h"
-#include "parallel/fsdp.h"
-#include "parallel/mesh.h"
+#include "parallel/ac/activation_checkpointing.h"
+#include "parallel/comm/mesh.h"
+#include "parallel/fsdp/fsdp.h"
 #include "parallel/param_layout.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tp/tensor_parallel.h"
 #include "src/nn/module.h"
 
 namespace vlm::parallel {

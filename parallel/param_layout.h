@@ -1,9 +1,9 @@
 // Where a rank's part of each parameter sits in the global tensor, with tensor parallelism and
 // FSDP composed (DESIGN.md §7: a checkpoint holds every global tensor whole; each rank writes and
 // reads its own boxes of it, so a state saved on any (dp_replicate, dp_shard, tp) layout loads
-// into any other). TP splits a dimension into ranges (parallel/tensor_parallel.h: rows of q/k/v,
+// into any other). TP splits a dimension into ranges (parallel/tp/tensor_parallel.h: rows of q/k/v,
 // columns of o_proj, row segments of GDN's fused in_proj_qkv); FSDP then shards the rank's TP
-// part by dim-0 rows (parallel/fsdp.h ShardRows). A rank's part is a few boxes:
+// part by dim-0 rows (parallel/fsdp/fsdp.h ShardRows). A rank's part is a few boxes:
 //   * TP on dim 0: the FSDP rows cut by the TP ranges, one box per range they meet;
 //   * TP on dim d > 0: the FSDP rows × each TP range on dim d;
 //   * no TP: the FSDP rows.
@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "parallel/fsdp.h"
-#include "parallel/process_group.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/fsdp/fsdp.h"
+#include "parallel/tp/tensor_parallel.h"
 
 namespace vlm::parallel {
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <exception>
 
-#include "parallel/mpi_env.h"
+#include "parallel/comm/mpi_env.h"
 #include "src/base/logging.h"
 #include "src/cli/cli.h"
 

@@ -213,7 +213,7 @@ H5Handle data_transfer(bool mpi) {
   return dxpl;
 }
 
-// MPI-IO over `comm` when MPI runs; in a process without MPI (parallel/mpi_env.h: no launcher)
+// MPI-IO over `comm` when MPI runs; in a process without MPI (parallel/comm/mpi_env.h: no launcher)
 // HDF5's POSIX driver, the file being this process's alone.
 bool mpi_running() {
   int initialized = 0, finalized = 0;

@@ -17,8 +17,9 @@
 // write_rows / write_slab / write_json with the same keys in the same order (datasets are created
 // collectively; each rank then writes its own part independently, any number of boxes), and
 // close(). Reads are independent: a rank reads what it needs, in any order.
-// A process without MPI (parallel/mpi_env.h: started without a launcher) reads and writes through
-// HDF5's POSIX driver instead, as the only rank (the communicator is not used): the same file.
+// A process without MPI (parallel/comm/mpi_env.h: started without a launcher) reads and writes
+// through HDF5's POSIX driver instead, as the only rank (the communicator is not used): the same
+// file.
 #pragma once
 
 #include <cstdint>

@@ -42,7 +42,7 @@ public:
   // given), then the final norm. layer_addends[i] [T, H], when given, is added to x after layer i
   // (DeepStack: zero rows but at the image positions). The layers run as one call() of the
   // `layers` list on {x, addends...}, all rows of the same tokens, so sequence parallelism can
-  // split them by rows from outside (parallel/tensor_parallel.h).
+  // split them by rows from outside (parallel/tp/tensor_parallel.h).
   Tensor forward(Tensor x, BlockContext ctx, KVCache* cache,
                  const std::vector<Tensor>& layer_addends = {}) const;
   // The path of the layer list below this module, for plans.

@@ -1,4 +1,4 @@
-// The tensor-parallel plan (parallel/tensor_parallel.h) of any model on the shared text stack,
+// The tensor-parallel plan (parallel/tp/tensor_parallel.h) of any model on the shared text stack,
 // found by walking its modules, so every family (and every layer kind it mixes) gets one:
 //   attention       q_proj (per head: [query | gate] rows with Qwen3.5's output gate), k_proj and
 //                   v_proj column-parallel by heads (KV heads shared by tp/Hkv ranks when there
@@ -13,7 +13,7 @@
 #pragma once
 
 #include "model/causal_lm.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tp/tensor_parallel.h"
 
 namespace vlm::model {
 

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "model/causal_lm.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tp/tensor_parallel.h"
 
 namespace vlm::model {
 

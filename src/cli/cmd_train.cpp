@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/cli/args.h"

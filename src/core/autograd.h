@@ -88,7 +88,8 @@ private:
 //     beta = 0 (it becomes .grad). The leaf's post-accumulate hooks still run once per pass, when
 //     its AccumulateGrad node runs (after every gradient of the pass reached the leaf, written
 //     directly or not);
-//   * FSDP's gather node of a bf16 unit (parallel/fsdp.cpp): the parameter's slot in the unit's
+//   * FSDP's gather node of a bf16 unit (parallel/fsdp/fsdp.cpp): the parameter's slot in the
+//   unit's
 //     f32 gradient buffer, beta = 0 when the slot holds nothing yet; the reduction still runs
 //     once, when the gather node runs after every gradient of the unit arrived.
 // Returns false, writing nothing, for any other edge: another leaf dtype or grad_dtype, a .grad

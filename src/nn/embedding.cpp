@@ -13,7 +13,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Init init, D
 
 Tensor Embedding::forward(const Tensor& ids) const {
   if (!has_forward_hooks()) return embedding(weight(), ids);
-  // Through call(): tensor parallelism splits the vocabulary (parallel/tensor_parallel.h).
+  // Through call(): tensor parallelism splits the vocabulary (parallel/tp/tensor_parallel.h).
   return call(
       [this](const std::vector<Tensor>& in) { return std::vector{embedding(weight(), in[0])}; },
       {ids})[0];

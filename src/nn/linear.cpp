@@ -14,7 +14,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
 
 Tensor Linear::forward(const Tensor& x) const {
   if (!has_forward_hooks()) return linear(x, weight(), bias());
-  // Through call(): tensor parallelism wraps projections (parallel/tensor_parallel.h).
+  // Through call(): tensor parallelism wraps projections (parallel/tp/tensor_parallel.h).
   return call(
       [this](const std::vector<Tensor>& in) {
         return std::vector{linear(in[0], weight(), bias())};

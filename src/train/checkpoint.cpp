@@ -14,7 +14,7 @@
 #include "io/state/hdf5_state.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
-#include "parallel/mpi_env.h"
+#include "parallel/comm/mpi_env.h"
 #include "src/base/check.h"
 #include "src/base/logging.h"
 #include "src/core/autograd.h"

@@ -36,8 +36,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/causal_lm.h"
+#include "parallel/comm/process_group.h"
 #include "parallel/param_layout.h"
-#include "parallel/process_group.h"
 #include "src/train/checkpoint_folder.h"
 #include "src/train/fault_injection.h"
 #include "src/train/train_state.h"

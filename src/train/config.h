@@ -46,13 +46,13 @@
 #include "io/image/decode.h"
 #include "io/loader/loader.h"
 #include "io/loader/packing.h"
-#include "parallel/activation_checkpointing.h"
+#include "parallel/ac/activation_checkpointing.h"
 #include "src/base/dtype.h"
 #include "src/optim/lr_schedule.h"
 
 namespace vlm::train {
 
-// Activation checkpointing of the model's blocks (parallel/activation_checkpointing.h).
+// Activation checkpointing of the model's blocks (parallel/ac/activation_checkpointing.h).
 using parallel::AcMode;
 // What a non-finite loss or gradient norm does: abort (naming the step and the first non-finite
 // tensor) or skip the optimizer update and count it (training.max_skipped_steps).
@@ -65,7 +65,7 @@ enum class HfSnapshot : uint8_t { final, every_save, never };
 // ddp: every rank holds the whole model (dp_shard = 1); fsdp: parameters, gradients and optimizer
 // states sharded over the data-parallel ranks (DESIGN.md §6).
 enum class DataParallel : uint8_t { ddp, fsdp };
-// When gradients are reduced under gradient accumulation (parallel/fsdp.h): after every
+// When gradients are reduced under gradient accumulation (parallel/fsdp/fsdp.h): after every
 // micro-step (memory stays sharded), or only after a step's last one (no communication on the
 // others; a whole fp32 gradient is held). automatic: last_micro_step for ddp, every_micro_step
 // for fsdp.

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "parallel/activation_checkpointing.h"
+#include "parallel/ac/activation_checkpointing.h"
 #include "src/core/device.h"
 
 namespace vlm::train {

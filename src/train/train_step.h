@@ -38,9 +38,9 @@
 // Data parallelism (StepParallel): every rank runs the same micro-step count on its own
 // micro-batches; N, the logged loss and the skip decisions are sums over the data-parallel group,
 // so the update is the token mean over the global batch, exactly as one process would compute it.
-// FSDP (parallel/fsdp.h) is driven around each micro-batch; the gradient norm is summed over the
-// shard group (each rank holds a different part of every gradient), on the device. Tensor
-// parallelism (parallel/tensor_parallel.h): the partial gradients are summed over the TP group
+// FSDP (parallel/fsdp/fsdp.h) is driven around each micro-batch; the gradient norm is summed over
+// the shard group (each rank holds a different part of every gradient), on the device. Tensor
+// parallelism (parallel/tp/tensor_parallel.h): the partial gradients are summed over the TP group
 // after the last micro-batch; the norm counts each parameter once (a rank's sum of squares of a
 // tensor held by k ranks is weighted 1/k, then summed over the group); the loss is
 // vocabulary-parallel.
@@ -54,9 +54,9 @@
 
 #include "model/causal_lm.h"
 #include "model/lm_loss.h"
-#include "parallel/fsdp.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/fsdp/fsdp.h"
 #include "parallel/parallelize.h"
-#include "parallel/process_group.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
 #include "src/train/config.h"

@@ -10,7 +10,8 @@
 // checkpoint's state.h5. A resumed run reads nothing else: no init, no byte of model.model_dir
 // (its tokenizer comes from the checkpoint's copy too).
 //
-//   ranks      [parallel] gives the mesh (parallel/mesh.h); each rank trains on one GPU picked by
+//   ranks      [parallel] gives the mesh (parallel/comm/mesh.h); each rank trains on one GPU picked
+//   by
 //              its node-local rank ("cuda" = cuda:local_rank), reads its own share of the data
 //              (loader dp_rank / dp_world) and the step's loss and token counts are sums over
 //              the data-parallel ranks. Rank 0 prints, writes metrics and checkpoints (the other
@@ -49,7 +50,7 @@
 
 #include "io/image/preprocess.h"
 #include "model/causal_lm.h"
-#include "parallel/mesh.h"
+#include "parallel/comm/mesh.h"
 #include "parallel/parallelize.h"
 #include "src/train/config.h"
 #include "src/train/metrics.h"

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/local_group.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/local_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/core/tensor.h"
 
 using namespace vlm;

@@ -28,12 +28,12 @@ make_clean() {
   make_file "$d" src/core/tensor.h src/base/check.h kernels/gemm.h
   make_file "$d" src/nn/module.h src/core/tensor.h
   make_file "$d" src/optim/adamw.h src/nn/module.h src/core/tensor.h
-  make_file "$d" parallel/fsdp.h src/optim/adamw.h parallel/mesh.h
+  make_file "$d" parallel/fsdp/fsdp.h src/optim/adamw.h parallel/comm/mesh.h
   make_file "$d" io/state/safetensors.h src/core/tensor.h
   make_file "$d" io/state/safetensors.cpp io/state/safetensors.h src/core/tensor.h
   make_file "$d" model/causal_lm.h src/nn/module.h
   make_file "$d" model/registry.cpp model/causal_lm.h model/qwen3/spec.h model/qwen3_vl/spec.h
-  make_file "$d" model/qwen3/model.cpp io/state/safetensors.h parallel/fsdp.h model/causal_lm.h \
+  make_file "$d" model/qwen3/model.cpp io/state/safetensors.h parallel/fsdp/fsdp.h model/causal_lm.h \
     model/qwen3/model.h
   make_file "$d" model/qwen3_vl/model.cpp model/vision/tower.h model/causal_lm.h
   make_file "$d" io/energon/tar.h src/core/tensor.h
@@ -51,8 +51,8 @@ make_clean() {
   printf '#include <vector>\n#include "nlohmann/json.hpp"\n' >"$d/src/base/extra.cpp"
   # Build and hidden folders are skipped.
   make_file "$d" build/gen/bad.cpp tests/skip.h
-  make_file "$d" io/build-debug/bad.cpp parallel/fsdp.h
-  make_file "$d" .cache/io/bad.cpp parallel/fsdp.h
+  make_file "$d" io/build-debug/bad.cpp parallel/fsdp/fsdp.h
+  make_file "$d" .cache/io/bad.cpp parallel/fsdp/fsdp.h
 }
 
 # expect <name> <expected rc> <expected output substring> <fixture dir>
@@ -91,8 +91,8 @@ bad_case "core -> nn" src/core/bad.cpp src/nn/module.h \
   "src/core/bad.cpp:2: src/core must not include src/nn/module.h"
 bad_case "nn -> optim" src/nn/bad.cpp src/optim/adamw.h \
   "src/nn/bad.cpp:2: src/nn must not include src/optim/adamw.h"
-bad_case "io -> parallel" io/loader/bad.cpp parallel/fsdp.h \
-  "io/loader/bad.cpp:2: io/loader must not include parallel/fsdp.h"
+bad_case "io -> parallel" io/loader/bad.cpp parallel/fsdp/fsdp.h \
+  "io/loader/bad.cpp:2: io/loader must not include parallel/fsdp/fsdp.h"
 bad_case "io/energon -> io/loader" io/energon/bad.cpp io/loader/loader.h \
   "io/energon/bad.cpp:2: io/energon must not include io/loader/loader.h"
 bad_case "io/state -> io/text" io/state/bad.cpp io/text/tokenizer.h \
@@ -129,8 +129,8 @@ bad_case "train -> tests" src/train/bad.cpp tests/skip.h \
   "src/train/bad.cpp:2: src/train must not include tests/skip.h"
 bad_case "bench -> tests" bench/bad.cpp tests/skip.h \
   "bench/bad.cpp:2: bench must not include tests/skip.h"
-bad_case "file named build*" io/state/builder.cpp parallel/mesh.h \
-  "io/state/builder.cpp:2: io/state must not include parallel/mesh.h"
+bad_case "file named build*" io/state/builder.cpp parallel/comm/mesh.h \
+  "io/state/builder.cpp:2: io/state must not include parallel/comm/mesh.h"
 bad_case "relative include" io/state/bad.cpp safetensors.h \
   "io/state/bad.cpp:2: io/state must not include safetensors.h (includes are rooted at the repo root)"
 

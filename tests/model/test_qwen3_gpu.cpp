@@ -44,7 +44,7 @@
 #include "model/hf_weights.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
-#include "parallel/activation_checkpointing.h"
+#include "parallel/ac/activation_checkpointing.h"
 #include "src/core/allocator.h"
 #include "src/core/ops.h"
 #include "src/train/parity_dump.h"

@@ -14,7 +14,7 @@
 #include "model/lm_loss.h"
 #include "model/qwen3/model.h"
 #include "model/text/decoder_layer.h"
-#include "parallel/activation_checkpointing.h"
+#include "parallel/ac/activation_checkpointing.h"
 #include "src/core/ops.h"
 #include "tests/golden/golden.h"
 

@@ -3,9 +3,9 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 
-#include "parallel/mpi_env.h"
+#include "parallel/comm/mpi_env.h"
 
 int main(int argc, char** argv) {
   vlm::parallel::require_mpi(); // MPI up before any test (even with -np 1); finalized at exit

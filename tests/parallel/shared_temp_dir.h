@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 #include "tests/temp_dir.h"
 
 namespace vlm::testing {

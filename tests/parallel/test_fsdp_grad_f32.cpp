@@ -2,9 +2,9 @@
 // its f32 gradient buffers straight from the GEMM (the gather node's accept_direct_grad,
 // autograd's accumulate_weight_grad), never rounded to bf16 first — as an unsharded bf16
 // parameter's reach its f32 .grad (tests/core/test_grad_accumulation_f32.cpp). Run here in one
-// process: one rank, and 2 or 4 ranks through the stand-in group (parallel/local_group.h), whose
-// reduce-scatter gives ranks x this rank's block (exact: a power of two), so every rank's shard of
-// the reduced gradient, divided by the ranks, is the whole gradient's rows.
+// process: one rank, and 2 or 4 ranks through the stand-in group (parallel/comm/local_group.h),
+// whose reduce-scatter gives ranks x this rank's block (exact: a power of two), so every rank's
+// shard of the reduced gradient, divided by the ranks, is the whole gradient's rows.
 //
 // Errors are max-norm relative errors against the f64 sums of the same bf16 values over two
 // micro-steps. Measured (x86-64, OpenBLAS), f32 reduce, worst over every layout (1, 2, 4 ranks;
@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "parallel/activation_checkpointing.h"
-#include "parallel/fsdp.h"
-#include "parallel/local_group.h"
+#include "parallel/ac/activation_checkpointing.h"
+#include "parallel/comm/local_group.h"
+#include "parallel/fsdp/fsdp.h"
 #include "parallel/parallelize.h"
 #include "src/core/ops.h"
 #include "src/nn/module.h"

@@ -12,7 +12,7 @@
 #include "io/state/safetensors.h"
 #include "model/hf_weights.h"
 #include "model/model_spec.h"
-#include "parallel/mpi_env.h"
+#include "parallel/comm/mpi_env.h"
 #include "src/core/allocator.h"
 #include "src/train/checkpoint.h"
 #include "tests/parallel/fsdp_fixture.h"

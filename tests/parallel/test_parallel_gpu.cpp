@@ -4,7 +4,7 @@
 //     collectives on the group's communication stream ordered by events after the current
 //     stream's work (an op queued just before is seen, the result is seen by the op after);
 //   * FSDP on CUDA against the same run on the CPU, for every family: one rank (the DDP path),
-//     and two ranks simulated by a LocalProcessGroup (parallel/local_group.h: shards, released
+//     and two ranks simulated by a LocalProcessGroup (parallel/comm/local_group.h: shards, released
 //     and re-acquired whole-parameter buffers, copy-out, packing and reduce-scatter on the GPU;
 //     the numbers are the same stand-in's on both devices). f32, 5 steps: losses to 1e-4 and
 //     parameters to 1e-3 (L2) relative — cuBLAS and our CPU GEMMs sum in other orders.
@@ -25,8 +25,8 @@
 
 #include "kernels/nccl.h"
 
-#include "parallel/local_group.h"
-#include "parallel/mpi_env.h"
+#include "parallel/comm/local_group.h"
+#include "parallel/comm/mpi_env.h"
 #include "src/core/ops/elementwise.h"
 #include "tests/gpu_testing.h"
 #include "tests/parallel/fsdp_fixture.h"

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/core/tensor.h"
 
 using namespace vlm;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/state/hdf5_state.h"
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 #include "src/cli/cmd_export.h"
 #include "src/demo/demo_dataset.h"
 #include "src/train/trainer.h"

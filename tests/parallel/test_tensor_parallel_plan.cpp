@@ -1,13 +1,13 @@
 // Tensor-parallel splits that cannot work are refused before anything is split, naming the tensor
 // (tests/parallel/test_tensor_parallel_mpi.cpp checks the splits that can, on 2 and 4 ranks). The
-// group is a stand-in of 8 ranks (parallel/local_group.h): the refusals need no peer.
+// group is a stand-in of 8 ranks (parallel/comm/local_group.h): the refusals need no peer.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
 #include "model/model_spec.h"
-#include "parallel/local_group.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/comm/local_group.h"
+#include "parallel/tp/tensor_parallel.h"
 
 using namespace vlm;
 using Catch::Matchers::Contains;

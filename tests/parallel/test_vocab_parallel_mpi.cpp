@@ -1,4 +1,4 @@
-// Vocabulary-parallel embedding and cross-entropy (parallel/vocab_parallel.h) equal one process,
+// Vocabulary-parallel embedding and cross-entropy (parallel/tp/vocab_parallel.h) equal one process,
 // under `mpirun -np 1 | 2 | 4`: tensor parallelism over the whole world and, on 4 ranks, over two
 // sub-groups of 2 (split). Every rank builds the same full problem (same seed) and compares its
 // loss, the whole dx and its own rows of dweight with single-process linear_cross_entropy /
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/process_group.h"
-#include "parallel/vocab_parallel.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/tp/vocab_parallel.h"
 #include "src/base/rng.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/index.h"

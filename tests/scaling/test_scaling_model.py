@@ -1,6 +1,6 @@
 """The scaling model's counts and formulas (tools/scaling/scaling_model.py) against independent
 figures: FLOPs per token and parameter counts from docs/qwen-models.md (sections 3 and 7), the rank
-placement of parallel/mesh.h (tp innermost), nccl-tests' bus-bandwidth factors, and a records file
+placement of parallel/comm/mesh.h (tp innermost), nccl-tests' bus-bandwidth factors, and a records file
 whose steps are made from its own collective times. Standard library only."""
 import json
 import os

@@ -12,7 +12,7 @@
 #include "io/state/hdf5_state.h"
 #include "model/lm_loss.h"
 #include "model/model_spec.h"
-#include "parallel/activation_checkpointing.h"
+#include "parallel/ac/activation_checkpointing.h"
 #include "src/cli/cmd_export.h"
 #include "src/cli/cmd_train.h"
 #include "src/demo/demo_dataset.h"

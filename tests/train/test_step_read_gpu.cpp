@@ -18,7 +18,7 @@
 
 #include "kernels/gpu_runtime.h"
 #include "model/batch.h"
-#include "parallel/local_group.h"
+#include "parallel/comm/local_group.h"
 #include "parallel/parallelize.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/shape_ops.h"

@@ -22,7 +22,7 @@
 #   machine      nvidia-smi; no visible GPU is a FAIL (stops before the build) unless --allow-no-gpu
 #   deps         the Debian packages carried in .gpu-deps/ unpacked into BUILD_DIR/deps (never /),
 #                then the prerequisites: cmake >= 3.25, nvcc, a C++ compiler, OpenBLAS, Catch2
-#                (MPI and HDF5 optional: without MPI the build uses parallel/mpi.h's one rank)
+#                (MPI and HDF5 optional: without MPI the build uses parallel/comm/mpi.h's one rank)
 #   configure    BUILD_DIR with -DVLM_CUDA=ON, Release, CMAKE_CUDA_ARCHITECTURES from the GPU (90)
 #   build        -j$(nproc), only the targets it runs: the test binaries with `gpu` tests
 #                (test_<folder>_gpu for every tests/<folder>/**/*_gpu.cpp), vlmtrain,

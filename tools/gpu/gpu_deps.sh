@@ -21,7 +21,7 @@
 # `tools/gpu/gpu_check.sh --prepare` runs the download (and fetches .deps/); tools/gpu/gpu_check.sh
 # runs `install .gpu-deps BUILD_DIR/deps` itself (BUILD_DIR is build-gpu/, gitignored), and refuses
 # to start when .gpu-deps/ holds no .deb files. MPI and HDF5 are left out: without MPI the build
-# uses parallel/mpi.h's one-rank stand-in (every GPU test runs on one rank), and without HDF5 the
+# uses parallel/comm/mpi.h's one-rank stand-in (every GPU test runs on one rank), and without HDF5 the
 # checkpoints are safetensors (the GPU tests pick that format then).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -21,7 +21,7 @@ The step of one GPU (what vlmtrain's FSDP / HSDP / DDP and tensor parallelism is
 A collective of B bytes over n ranks takes latency + f x B / busbw, f = (n-1)/n for all-gather and
 reduce-scatter and 2(n-1)/n for all-reduce (nccl-tests' bus bandwidth); busbw is the NVLink
 figure inside a node, else min(NVLink, GPUs of the group per node x NIC rate x efficiency). Ranks
-are numbered tp innermost, then dp_shard, then dp_replicate, as parallel/mesh.h does.
+are numbered tp innermost, then dp_shard, then dp_replicate, as parallel/comm/mesh.h does.
 
 The figures of each machine are in hardware.json with their sources; the model shapes in
 models.json. `validate` runs the same step model with the CPU's measured compute (one rank) and

@@ -13,8 +13,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 // recorded as linear's output: the returned tensor has linear()'s backward, no GEMM is run.
 Tensor linear_from_output(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 
-// Selective activation checkpointing (parallel/activation_checkpointing.h) reroutes linear() while
-// a checkpointed block runs: the interceptor installed on the current thread receives every
+// Selective activation checkpointing (parallel/ac/activation_checkpointing.h) reroutes linear()
+// while a checkpointed block runs: the interceptor installed on the current thread receives every
 // linear() call instead, with itself uninstalled while it runs (so it may call linear()).
 class LinearInterceptor {
 public:

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "io/state/hdf5_state.h"
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 #include "src/core/ops/shape_ops.h"
 #include "src/core/tensor.h"
 #include "tests/error_of.h"

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/state/hdf5_state.h"
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 #include "src/core/tensor.h"
 #include "tests/error_of.h"
 #include "tests/parallel/shared_temp_dir.h"

@@ -7,7 +7,8 @@
 //     entry, so one all-reduce per attention and per MLP in backward, as with a fused QKV;
 //   * row-parallel projections (o, down, GDN's out_proj): the weight's columns split the same
 //     way; the partial products are summed over the group (reduce_from_tp) before the bias;
-//   * the vocabulary-parallel embedding (parallel/vocab_parallel.h), whose rows are also the head
+//   * the vocabulary-parallel embedding (parallel/tp/vocab_parallel.h), whose rows are also the
+//   head
 //     of a tied model; an untied head's rows split the same way; the loss is then loss-parallel
 //     (model/lm_loss.h with LossOptions::vocab_group): no rank ever holds all logits;
 //   * bare parameters split like their projection (GDN's conv channels, A_log, dt_bias);
@@ -46,7 +47,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/nn/module.h"
 
 namespace vlm::nn {

@@ -23,7 +23,7 @@
 // too).
 #pragma once
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/core/tensor.h"
 
 namespace vlm::parallel {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/core/ops/loss.h"
 #include "src/core/tensor.h"
 

@@ -1,6 +1,6 @@
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 
 #include <algorithm>
 #include <climits>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "kernels/nccl.h"
-#include "parallel/local_group.h"
-#include "parallel/mpi_env.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/local_group.h"
+#include "parallel/comm/mpi_env.h"
+#include "parallel/comm/watchdog.h"
 #include "src/base/check.h"
 
 namespace vlm::parallel {

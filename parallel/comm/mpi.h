@@ -109,7 +109,8 @@ inline int MPI_Reduce_scatter_block(const void* in, void* out, int n, MPI_Dataty
                                     MPI_Comm) {
   return vlm::parallel::mpi_stub::copy(in, out, (long long)n * t);
 }
-// One rank sends to itself (the ring of parallel/process_group.cpp never does: it copies first).
+// One rank sends to itself (the ring of parallel/comm/process_group.cpp never does: it copies
+// first).
 inline int MPI_Sendrecv(const void* send, int n, MPI_Datatype t, int, int, void* recv, int,
                         MPI_Datatype, int, int, MPI_Comm, MPI_Status*) {
   return vlm::parallel::mpi_stub::copy(send, recv, (long long)n * t);

@@ -1,4 +1,4 @@
-#include "parallel/watchdog.h"
+#include "parallel/comm/watchdog.h"
 
 #include <atomic>
 #include <chrono>

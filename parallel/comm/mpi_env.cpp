@@ -1,6 +1,6 @@
-#include "parallel/mpi_env.h"
+#include "parallel/comm/mpi_env.h"
 
-#include "parallel/mpi.h"
+#include "parallel/comm/mpi.h"
 
 #include <cstdlib>
 #include <cstring>

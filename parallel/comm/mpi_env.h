@@ -4,10 +4,10 @@
 // registers MPI_Finalize at exit. A process started without one is a world of one rank that
 // never touches MPI: its start needs nothing of MPI's (shared-memory files, a PMIx server), so a
 // single-process run works where MPI_Init would fail (a file-size limit, a sandbox), and its
-// process groups are stand-ins (parallel/local_group.h). Programs that are MPI programs in any
+// process groups are stand-ins (parallel/comm/local_group.h). Programs that are MPI programs in any
 // case (benchmarks, the MPI tests' main, NCCL checks) call require_mpi() first.
 // Only standard MPI calls: OpenMPI here, ParaStation MPI and Intel MPI on the clusters (and, in a
-// build without MPI, the one-rank stand-in of parallel/mpi.h).
+// build without MPI, the one-rank stand-in of parallel/comm/mpi.h).
 #pragma once
 
 namespace vlm::parallel {

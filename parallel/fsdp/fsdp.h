@@ -57,7 +57,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 #include "src/nn/module.h"
 
 namespace vlm::parallel {

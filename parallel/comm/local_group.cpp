@@ -1,4 +1,4 @@
-#include "parallel/local_group.h"
+#include "parallel/comm/local_group.h"
 
 #include "src/base/check.h"
 #include "src/core/autograd.h"

@@ -6,7 +6,7 @@
 // with CPU (tests/parallel/test_parallel_gpu.cpp). The numbers of such a run are not a real job's.
 #pragma once
 
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace vlm::parallel {
 

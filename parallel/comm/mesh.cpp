@@ -1,4 +1,4 @@
-#include "parallel/mesh.h"
+#include "parallel/comm/mesh.h"
 
 #include "src/base/check.h"
 

@@ -1,4 +1,4 @@
-#include "parallel/fsdp.h"
+#include "parallel/fsdp/fsdp.h"
 
 #include <algorithm>
 #include <map>

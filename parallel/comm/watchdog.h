@@ -6,7 +6,7 @@
 // same way when their own timeout passes.
 //
 // An error on the rank itself (an exception) is handled by main(): it prints the error and calls
-// MPI_Abort, which ends every rank at once (parallel/mpi_env.h, abort_job).
+// MPI_Abort, which ends every rank at once (parallel/comm/mpi_env.h, abort_job).
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,10 @@
-#include "parallel/tensor_parallel.h"
+#include "parallel/tp/tensor_parallel.h"
 
 #include <algorithm>
 #include <set>
 
-#include "parallel/tensor_parallel_ops.h"
-#include "parallel/vocab_parallel.h"
+#include "parallel/tp/tensor_parallel_ops.h"
+#include "parallel/tp/vocab_parallel.h"
 #include "src/base/check.h"
 #include "src/core/autograd.h"
 #include "src/core/ops/elementwise.h"

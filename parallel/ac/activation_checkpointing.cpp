@@ -1,4 +1,4 @@
-#include "parallel/activation_checkpointing.h"
+#include "parallel/ac/activation_checkpointing.h"
 
 #include <memory>
 

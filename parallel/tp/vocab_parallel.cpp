@@ -1,4 +1,4 @@
-#include "parallel/vocab_parallel.h"
+#include "parallel/tp/vocab_parallel.h"
 
 #include <memory>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "parallel/tensor_parallel_ops.h"
+#include "parallel/tp/tensor_parallel_ops.h"
 
 #include <algorithm>
 

@@ -10,7 +10,7 @@
 //     the trainer and the benchmarks, every group of the mesh), or else at the group's first
 //     CUDA collective.
 //
-// Every collective is watched (parallel/watchdog.h): one that has not finished after
+// Every collective is watched (parallel/comm/watchdog.h): one that has not finished after
 // collective_timeout seconds — a peer crashed, hangs, or skipped it — ends the process with an
 // error naming the collective, so the launcher ends the job instead of letting it hang.
 //
@@ -88,8 +88,8 @@ public:
                                               const std::string& name = "") const = 0;
 };
 
-// All ranks of the job (MPI_COMM_WORLD; MPI is initialized on first use, parallel/mpi_env.h); in
-// a process without a launcher, a world of one without MPI (a LocalProcessGroup of one rank).
+// All ranks of the job (MPI_COMM_WORLD; MPI is initialized on first use, parallel/comm/mpi_env.h);
+// in a process without a launcher, a world of one without MPI (a LocalProcessGroup of one rank).
 std::unique_ptr<ProcessGroup> world_group();
 
 } // namespace vlm::parallel
