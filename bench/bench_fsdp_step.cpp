@@ -245,8 +245,7 @@ struct RunSpec {
     options.sequence_parallel = tp && sequence_parallel;
     r.model = bench::random_parallel_model(model_config, dtype, "bench_fsdp_step",
                                            {&shard, replicate, &dp, tp}, options, device);
-    r.stepper = std::make_unique<train::TrainStepper>(
-        config, r.model.model, train::StepParallel::of(r.model.parallelized));
+    r.stepper = std::make_unique<train::TrainStepper>(config, r.model.model, r.model.parallelized);
     return r;
   }
 };

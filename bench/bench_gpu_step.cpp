@@ -275,7 +275,7 @@ int run(Options o) {
   synchronize_device(device);
   r.init_s = seconds_since(init_start);
 
-  train::TrainStepper stepper(step.config, m, train::StepParallel::of(pm.parallelized));
+  train::TrainStepper stepper(step.config, m, pm.parallelized);
 
   const Batch host = make_batch(o, m->vocab_size(), step.special_ids);
   const std::vector<model::Batch> batch{model::to_device(host.text, device)};

@@ -101,7 +101,7 @@ int run(Options o) {
       bench::random_parallel_model(step.hf_config, dtype, "bench_train_step", {},
                                    {step.config.training.ac_mode, {}}, Device::cpu());
   const std::shared_ptr<model::CausalLM>& m = pm.model;
-  train::TrainStepper stepper(step.config, m, train::StepParallel::of(pm.parallelized));
+  train::TrainStepper stepper(step.config, m, pm.parallelized);
 
   const int64_t vocab = m->vocab_size();
   const std::vector<model::Batch> batch{

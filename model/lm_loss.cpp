@@ -1,6 +1,5 @@
 #include "model/lm_loss.h"
 
-#include "parallel/tp/vocab_parallel.h"
 #include "src/core/ops/elementwise.h"
 #include "src/core/ops/matmul.h"
 #include "src/core/ops/shape_ops.h"
@@ -30,11 +29,11 @@ Tensor lm_loss(const CausalLM& model, const Batch& batch, Reduction reduction,
   check_targets(model, batch);
   VLM_CHECK(options.vocab_chunk >= 0, "lm_loss: vocab_chunk must be >= 0, got ",
             options.vocab_chunk);
-  if (options.vocab_group) {
+  if (options.vocab_split) { // chunked over this part's rows (0: all of them at once)
     const Tensor& head = model.head_weight();
-    return parallel::vocab_parallel_cross_entropy(
-        model.hidden_states(batch), head, batch.targets, options.vocab_group->rank() * head.size(0),
-        *options.vocab_group, -100, reduction, options.vocab_chunk);
+    return linear_cross_entropy(model.hidden_states(batch), head, batch.targets, -100, reduction,
+                                options.vocab_chunk > 0 ? options.vocab_chunk : head.size(0),
+                                options.vocab_split);
   }
   if (options.vocab_chunk > 0)
     return linear_cross_entropy(model.hidden_states(batch), model.head_weight(), batch.targets,

@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "model/causal_lm.h"
-#include "parallel/comm/process_group.h"
 #include "src/core/ops/loss.h"
 
 namespace vlm::model {
@@ -17,10 +16,10 @@ namespace vlm::model {
 // (linear_cross_entropy), never holding [T, vocab] logits — for large vocabularies or long rows.
 struct LossOptions {
   int64_t vocab_chunk = 0;
-  // Tensor parallelism's split head (parallel/tp/tensor_parallel.h): the head weight holds rows
-  // [rank·rows, (rank+1)·rows) of the vocabulary on each rank of this group, and the loss is
-  // loss-parallel (parallel/tp/vocab_parallel.h): the logits are never gathered.
-  parallel::ProcessGroup* vocab_group = nullptr;
+  // A head whose vocabulary is split (tensor parallelism: Parallelized::loss_split()): the head
+  // weight holds the split's rows, and the loss is the whole vocabulary's, combined over the
+  // parts by the split (src/core/ops/loss.h): the logits are never gathered.
+  const VocabSplit* vocab_split = nullptr;
 };
 
 // Token cross-entropy over the targets != -100: their sum (the trainer divides by the step's

@@ -1,6 +1,12 @@
 #include "parallel/parallelize.h"
 
+#include <map>
+
 #include "src/base/check.h"
+#include "src/core/autograd.h"
+#include "src/core/ops/elementwise.h"
+#include "src/core/ops/shape_ops.h"
+#include "src/optim/grad_clip.h"
 
 namespace vlm::parallel {
 
@@ -46,6 +52,54 @@ void Parallelized::unshard_all() const {
 void Parallelized::reshard_all() const {
   if (tp_) tp_->split_all();
   if (fsdp_) fsdp_->reshard_all();
+}
+
+const Parallelized& Parallelized::none() {
+  static const Parallelized empty;
+  return empty;
+}
+
+void Parallelized::begin_micro_step(bool first, bool last) const {
+  if (fsdp_) fsdp_->begin_micro_step(first, last);
+}
+
+void Parallelized::end_micro_step() const {
+  if (fsdp_) fsdp_->end_micro_step();
+}
+
+void Parallelized::finish_gradients(const nn::Module& root) const {
+  if (tp_) tp_->reduce_grads(root);
+}
+
+Tensor Parallelized::local_grad_norm_sq(const std::vector<Tensor>& trainable) const {
+  if (!tp_) return optim::clip_grad_norm_async(trainable, 0.0);
+  std::map<int64_t, std::vector<Tensor>> by_replicas;
+  for (const Tensor& p : trainable) by_replicas[tp_->placement(p.name()).replicas].push_back(p);
+  NoGradGuard no_grad;
+  Tensor sum;
+  for (const auto& [replicas, params] : by_replicas) {
+    const Tensor part =
+        affine(slice(optim::clip_grad_norm_async(params, 0.0), 0, 0, 1), 1.0 / double(replicas));
+    sum = sum.defined() ? add(sum, part) : part;
+  }
+  return sum;
+}
+
+void Parallelized::sum_grad_norm_sq(const Tensor& norm_sq) const {
+  if (fsdp_) fsdp_->shard_group().all_reduce(norm_sq);
+  if (tp_) tp_->group().all_reduce(norm_sq);
+}
+
+int64_t Parallelized::sum_over_dp(int64_t v) const { return dp_ ? dp_->all_reduce_value(v) : v; }
+
+double Parallelized::sum_over_dp(double v) const { return dp_ ? dp_->all_reduce_value(v) : v; }
+
+void Parallelized::max_over_dp(const Tensor& t) const {
+  if (dp_) dp_->all_reduce(t, ReduceOp::max);
+}
+
+const VocabSplit* Parallelized::loss_split() const {
+  return tp_ && tp_->vocab_parallel_head() ? &tp_->loss_split() : nullptr;
 }
 
 Parallelized parallelize(nn::Module& root, const std::vector<nn::Module*>& blocks,

@@ -27,6 +27,7 @@
 #include "parallel/fsdp/fsdp.h"
 #include "parallel/param_layout.h"
 #include "parallel/tp/tensor_parallel.h"
+#include "src/core/ops/loss.h"
 #include "src/nn/module.h"
 
 namespace vlm::parallel {
@@ -73,8 +74,35 @@ public:
   // (collective: every rank calls both; no-ops for one process).
   void unshard_all() const;
   void reshard_all() const;
-  // The data-parallel group for the training step; null for one process.
+  // The data-parallel group; null for one process.
   ProcessGroup* dp_group() const { return dp_; }
+
+  // --- The step protocol: everything the training step asks of the parallelism
+  // (src/train/train_step.cpp names none of it). Nothing applied (one process, none()): each
+  // call does nothing, or the plain local thing.
+  // An empty Parallelized, for steppers of a model that is not parallel.
+  static const Parallelized& none();
+  // Around each micro-batch's forward and backward (FSDP's gathers and reductions). `first`: the
+  // step's first (gradients start from zero); `last`: its last (they are reduced to their final
+  // values, over replicas too).
+  void begin_micro_step(bool first, bool last) const;
+  void end_micro_step() const;
+  // After the step's last micro-step: partial gradients summed where the placement says so
+  // (replicated weights applied to a rank's heads or rows, heads shared by TP ranks).
+  void finish_gradients(const nn::Module& root) const;
+  // This rank's squared gradient norm of `trainable`, weighted by placement: a tensor held whole
+  // by k ranks of the tensor-parallel group counts 1/k (clip_grad_norm_async's [2]: element 0;
+  // on the device). sum_grad_norm_sq then sums it over the ranks that hold different parts
+  // (FSDP's shard group, the tensor-parallel group), in place.
+  Tensor local_grad_norm_sq(const std::vector<Tensor>& trainable) const;
+  void sum_grad_norm_sq(const Tensor& norm_sq) const;
+  // Over every data-parallel rank: the step's targets and losses (sums), its skip flag (max).
+  int64_t sum_over_dp(int64_t v) const;
+  double sum_over_dp(double v) const;
+  void max_over_dp(const Tensor& t) const;
+  // The loss's combine hook (src/core/ops/loss.h): the head's vocabulary split over the
+  // tensor-parallel group, its all-reduces as the combine functions; null for a whole head.
+  const VocabSplit* loss_split() const;
 
 private:
   friend Parallelized parallelize(nn::Module&, const std::vector<nn::Module*>&,

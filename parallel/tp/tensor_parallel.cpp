@@ -227,6 +227,11 @@ void TensorParallel::split_head(const std::string& head) {
   VLM_CHECK(it->second.ranges.size() == 1 && it->second.replicas == 1, "tensor parallel: ", head,
             ": the head's vocabulary must split evenly");
   vocab_parallel_head_ = true;
+  ProcessGroup* group = tp_;
+  loss_split_.vocab_begin = it->second.ranges[0].first;
+  loss_split_.vocab = it->second.global_shape[0];
+  loss_split_.sum = [group](const Tensor& t) { group->all_reduce(t, ReduceOp::sum); };
+  loss_split_.max = [group](const Tensor& t) { group->all_reduce(t, ReduceOp::max); };
 }
 
 void TensorParallel::mark_partial_grad(const std::string& name) {

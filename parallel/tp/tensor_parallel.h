@@ -10,7 +10,7 @@
 //   * the vocabulary-parallel embedding (parallel/tp/vocab_parallel.h), whose rows are also the
 //   head
 //     of a tied model; an untied head's rows split the same way; the loss is then loss-parallel
-//     (model/lm_loss.h with LossOptions::vocab_group): no rank ever holds all logits;
+//     (model/lm_loss.h with LossOptions::vocab_split = loss_split()): no rank holds all logits;
 //   * bare parameters split like their projection (GDN's conv channels, A_log, dt_bias);
 //   * replicated weights applied to a rank's heads only (q/k norms, GDN's gated norm): their
 //     gradients are partial sums, summed over the group after backward (reduce_grads). Megatron
@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "src/core/ops/loss.h"
 #include "src/nn/module.h"
 
 namespace vlm::nn {
@@ -133,8 +134,10 @@ public:
   // Every parameter of the root by full name (replicated ones included).
   const TpPlacement& placement(const std::string& name) const;
   const std::map<std::string, TpPlacement>& placements() const { return placements_; }
-  // Whether the LM head's rows are split (the loss must then be loss-parallel).
+  // Whether the LM head's rows are split (the loss must then be loss-parallel), and the split as
+  // the core loss takes it (this rank's rows of the vocabulary; the group's all-reduces combine).
   bool vocab_parallel_head() const { return vocab_parallel_head_; }
+  const VocabSplit& loss_split() const { return loss_split_; }
   bool sequence_parallel() const { return sequence_parallel_; }
   // The optional modules of the plan left whole (their units do not split over the group).
   const std::vector<std::string>& left_whole() const { return left_whole_; }
@@ -180,6 +183,7 @@ private:
   std::vector<std::string> left_whole_; // optional modules whose units do not split
   std::map<std::string, Tensor> parts_; // while gathered: each split parameter's part
   bool vocab_parallel_head_ = false;
+  VocabSplit loss_split_; // set with vocab_parallel_head_
   bool sequence_parallel_ = false;
 };
 

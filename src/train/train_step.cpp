@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 
 #include "kernels/attention_cudnn.h"
 #include "kernels/optim.h"
@@ -97,8 +96,8 @@ void apply_freezing(const TrainConfig& config, model::CausalLM& model) {
 }
 
 TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model,
-                           StepParallel parallel)
-    : config_(config), parallel_(parallel), model_(std::move(model)),
+                           const parallel::Parallelized& parallel)
+    : config_(config), parallel_(&parallel), model_(std::move(model)),
       schedule_(lr_schedule_config(config)) {
   const TrainingOptions& t = config.training;
   loss_.vocab_chunk = t.loss_vocab_chunk;
@@ -108,8 +107,7 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
   attention.deterministic = t.deterministic_attention;
   attention.workspace_limit = int64_t(t.attention_workspace_gb * double(int64_t(1) << 30));
   kernels::cudnn_attention::set_settings(attention);
-  if (parallel_.tp && parallel_.tp->vocab_parallel_head())
-    loss_.vocab_group = &parallel_.tp->group();
+  loss_.vocab_split = parallel_->loss_split();
   apply_freezing(config, *model_);
   // Groups in a fixed order: llm, llm_no_decay, mlp, mlp_no_decay, vit, vit_no_decay.
   std::vector<optim::ParamGroup> groups;
@@ -132,10 +130,6 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
             " leave ", model_->summary(), " nothing to train");
   for (const auto& g : groups)
     trainable_.insert(trainable_.end(), g.params.begin(), g.params.end());
-  // Under TP the norm weighs each tensor by its replicas; grouped once here, not every step.
-  if (parallel_.tp)
-    for (const Tensor& p : trainable_)
-      by_replicas_[parallel_.tp->placement(p.name()).replicas].push_back(p);
   optimizer_ = std::make_unique<optim::AdamW>(
       groups, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps});
 }
@@ -154,7 +148,7 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   s.step = step;
   s.micro_batches = int64_t(micro_batches.size());
   for (const auto& b : micro_batches) s.targets += model::count_targets(b);
-  if (parallel_.dp) s.targets = parallel_.dp->all_reduce_value(s.targets);
+  s.targets = parallel_->sum_over_dp(s.targets);
   s.lr = schedule_.lr_at(step) * config_.training.lr_llm;
   if (s.targets == 0) { // nothing to learn from (every label masked): no update, not an error
     s.skipped = true;
@@ -166,9 +160,8 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   const double scale = 1.0 / double(s.targets);
   // Each micro-batch's loss sum stays on the device, in one [micro-batches] tensor read once.
   Tensor losses;
-  parallel::Fsdp* fsdp = parallel_.fsdp;
   for (size_t i = 0; i < micro_batches.size(); i++) {
-    if (fsdp) fsdp->begin_micro_step(i == 0, i + 1 == micro_batches.size());
+    parallel_->begin_micro_step(i == 0, i + 1 == micro_batches.size());
     Tensor l = model::lm_loss(*model_, micro_batches[i], Reduction::sum, loss_);
     if (!losses.defined())
       losses = Tensor::empty({int64_t(micro_batches.size())}, l.dtype(), l.device());
@@ -179,21 +172,20 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
     }
     if (i == 0) trigger_fault(fault_, world_rank_, step + 1, FaultInjection::Point::step);
     affine(l, scale).backward();
-    if (fsdp) fsdp->end_micro_step();
+    parallel_->end_micro_step();
   }
-  if (parallel_.tp) parallel_.tp->reduce_grads(*model_);
+  parallel_->finish_gradients(*model_);
   // Everything up to the update is queued without a host read (on CUDA; on the CPU each call
   // simply runs): this rank's squared gradient norm (the multi-tensor kernels), summed over the
-  // shard group with FSDP (each rank holds a different part of every gradient; replicas hold the
-  // same); the guard (clip coefficient, skip flag) and, with data parallelism, the skip flag
-  // maxed over the ranks (a non-finite loss on one rank skips the step everywhere, as the summed
-  // loss does); the clipping; the AdamW update, which does nothing when the flag says skip.
+  // ranks that hold different parts of the gradients (replicas hold the same); the guard (clip
+  // coefficient, skip flag) and, with data parallelism, the skip flag maxed over the ranks (a
+  // non-finite loss on one rank skips the step everywhere, as the summed loss does); the clipping;
+  // the AdamW update, which does nothing when the flag says skip.
   const double max_norm = config_.training.max_grad_norm;
-  StepScalars scalars = pack_step_scalars(losses, local_norm_sq());
-  if (fsdp) fsdp->shard_group().all_reduce(scalars.norm_sq());
-  if (parallel_.tp) parallel_.tp->group().all_reduce(scalars.norm_sq());
+  StepScalars scalars = pack_step_scalars(losses, parallel_->local_grad_norm_sq(trainable_));
+  parallel_->sum_grad_norm_sq(scalars.norm_sq());
   guard_step(scalars, max_norm);
-  if (parallel_.dp) parallel_.dp->all_reduce(scalars.skip(), parallel::ReduceOp::max);
+  parallel_->max_over_dp(scalars.skip());
   if (max_norm > 0) optim::scale_grads(trainable_, scalars.coef());
   optimizer_->step(schedule_.lr_at(step), scalars.skip());
   // The step's one host read (deferred behind the update): losses, norm and flag in one copy.
@@ -201,7 +193,7 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   const int64_t m = scalars.m;
   double loss_sum = 0;
   for (int64_t i = 0; i < m; i++) loss_sum += v[size_t(i)];
-  if (parallel_.dp) loss_sum = parallel_.dp->all_reduce_value(loss_sum);
+  loss_sum = parallel_->sum_over_dp(loss_sum);
   s.loss = loss_sum * scale;
   s.grad_norm = std::sqrt(v[size_t(m)]);
   // The flag, not the host values, says whether the update happened. It is non-zero exactly when
@@ -229,28 +221,15 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   return s;
 }
 
-Tensor TrainStepper::local_norm_sq() const {
-  if (!parallel_.tp) return optim::clip_grad_norm_async(trainable_, 0.0);
-  // Under TP a tensor held by k ranks (replicated: the whole group) counts 1/k on each.
-  NoGradGuard no_grad;
-  Tensor sum;
-  for (const auto& [replicas, params] : by_replicas_) {
-    const Tensor part =
-        affine(slice(optim::clip_grad_norm_async(params, 0.0), 0, 0, 1), 1.0 / double(replicas));
-    sum = sum.defined() ? add(sum, part) : part;
-  }
-  return sum;
-}
-
 std::pair<double, int64_t> TrainStepper::evaluate(const std::vector<model::Batch>& batches) const {
   NoGradGuard no_grad;
   // The loss sums stay on the device until all batches ran: one read.
   std::vector<Tensor> sums;
   int64_t targets = 0;
   for (const auto& b : batches) {
-    if (parallel_.fsdp) parallel_.fsdp->begin_micro_step(false, false);
+    parallel_->begin_micro_step(false, false);
     sums.push_back(model::lm_loss(*model_, b, Reduction::sum, loss_).detach());
-    if (parallel_.fsdp) parallel_.fsdp->end_micro_step();
+    parallel_->end_micro_step();
     targets += model::count_targets(b);
   }
   double loss_sum = 0;

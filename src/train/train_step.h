@@ -35,27 +35,23 @@
 // optimizer state as they were before the step; skip drops the gradients, applies no update,
 // counts the step, and throws once more than max_skipped_steps were skipped.
 //
-// Data parallelism (StepParallel): every rank runs the same micro-step count on its own
-// micro-batches; N, the logged loss and the skip decisions are sums over the data-parallel group,
-// so the update is the token mean over the global batch, exactly as one process would compute it.
-// FSDP (parallel/fsdp/fsdp.h) is driven around each micro-batch; the gradient norm is summed over
-// the shard group (each rank holds a different part of every gradient), on the device. Tensor
-// parallelism (parallel/tp/tensor_parallel.h): the partial gradients are summed over the TP group
-// after the last micro-batch; the norm counts each parameter once (a rank's sum of squares of a
-// tensor held by k ranks is weighted 1/k, then summed over the group); the loss is
-// vocabulary-parallel.
+// Parallelism: the stepper talks to the one object parallelize() returns
+// (parallel/parallelize.h, its step protocol) and names no kind of parallelism. Every rank runs
+// the same micro-step count on its own micro-batches; N, the logged loss and the skip decisions
+// are sums over the data-parallel ranks, so the update is the token mean over the global batch,
+// exactly as one process would compute it. Each micro-batch is wrapped (FSDP's gathers and
+// reductions), the gradients finished after the last (tensor parallelism's partial sums), the
+// norm weighted by placement and summed over the ranks holding different parts, on the device;
+// the loss takes the protocol's combine hook (a vocabulary-parallel head).
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "model/causal_lm.h"
 #include "model/lm_loss.h"
-#include "parallel/comm/process_group.h"
-#include "parallel/fsdp/fsdp.h"
 #include "parallel/parallelize.h"
 #include "src/optim/adamw.h"
 #include "src/optim/lr_schedule.h"
@@ -74,18 +70,6 @@ struct StepStats {
   bool skipped = false;      // non-finite, nan_policy = skip
 };
 
-// How a step is spread over ranks; nulls: one process.
-struct StepParallel {
-  parallel::ProcessGroup* dp = nullptr; // every data-parallel rank: targets and losses sum over it
-  parallel::Fsdp* fsdp = nullptr;       // the sharded model (its shard group sums the grad norm)
-  // The split model: partial gradients summed over its group, the grad norm summed by placement,
-  // the loss vocabulary-parallel.
-  parallel::TensorParallel* tp = nullptr;
-  static StepParallel of(const parallel::Parallelized& p) {
-    return {p.dp_group(), p.fsdp(), p.tensor_parallel()};
-  }
-};
-
 // Freezes (requires_grad = false) the parameter groups model.train_* turns off. The trainer calls
 // it before FSDP shards the model (frozen parameters are not sharded); TrainStepper calls it too.
 void apply_freezing(const TrainConfig& config, model::CausalLM& model);
@@ -95,7 +79,7 @@ public:
   // Builds the optimizer groups and state for `model` (its parameters must be allocated; with
   // FSDP, its shards).
   TrainStepper(const TrainConfig& config, std::shared_ptr<model::CausalLM> model,
-               StepParallel parallel = {});
+               const parallel::Parallelized& parallel = parallel::Parallelized::none());
 
   // Runs optimizer step `step` (0-based) over `micro_batches` (at least one).
   StepStats step(int64_t step, const std::vector<model::Batch>& micro_batches);
@@ -111,21 +95,17 @@ public:
   int64_t skipped_steps() const { return skipped_; }
   void set_skipped_steps(int64_t n) { skipped_ = n; } // restoring a TrainState
   model::CausalLM& model() const { return *model_; }
-  const StepParallel& parallel() const { return parallel_; }
   void set_fault_injection(const FaultInjection& fault, int world_rank) {
     fault_ = fault;
     world_rank_ = world_rank;
   }
 
 private:
-  // This rank's squared gradient norm ([0] of a tensor on the gradients' device), each tensor
-  // counted once over the tensor-parallel group.
-  Tensor local_norm_sq() const;
   // "the loss" or "the gradient of <name>": the first non-finite value of this step.
   std::string first_non_finite(double loss) const;
 
   TrainConfig config_;
-  StepParallel parallel_;
+  const parallel::Parallelized* parallel_; // the step protocol (must outlive the stepper)
   FaultInjection fault_;
   int world_rank_ = 0;
   std::shared_ptr<model::CausalLM> model_;
@@ -133,7 +113,6 @@ private:
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   std::vector<Tensor> trainable_;
-  std::map<int64_t, std::vector<Tensor>> by_replicas_; // TP: trainable_ by replica count
   int64_t skipped_ = 0;
 };
 

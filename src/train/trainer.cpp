@@ -298,7 +298,7 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
              tp->left_whole().front());
   peak_tflops_ = c.logging.peak_tflops > 0 ? c.logging.peak_tflops : device_peak_tflops(device_);
   peak_tflops_ *= double(shape.world()); // the job's peak: MFU counts every rank's FLOPs
-  stepper_ = std::make_unique<TrainStepper>(c, model_, StepParallel::of(parallel_));
+  stepper_ = std::make_unique<TrainStepper>(c, model_, parallel_);
   data_->pattern = accumulation_pattern(t.tpi_multiplier);
   data_->vision = model_->has_vision();
   data_->train = std::make_unique<io::DataLoader>(data_->config(c, c.data.train_split, true),

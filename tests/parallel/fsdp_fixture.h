@@ -167,7 +167,7 @@ inline std::shared_ptr<model::CausalLM> loaded_family_model(const Family& f,
 struct ParallelFamilyModel {
   std::shared_ptr<model::CausalLM> model;
   parallel::Parallelized parallelized; // after the model: undone first
-  train::StepParallel step_parallel() const { return train::StepParallel::of(parallelized); }
+  const parallel::Parallelized& step_parallel() const { return parallelized; }
 };
 inline ParallelFamilyModel parallel_family_model(const Family& f, const train::TrainConfig& c,
                                                  const parallel::ParallelGroups& groups,

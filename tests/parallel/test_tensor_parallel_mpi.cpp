@@ -213,7 +213,7 @@ TEST_CASE("tensor parallel: each rank's part of one step's gradients equals one 
         parallel::TensorParallel& tp = *run.parallelized.tensor_parallel();
         REQUIRE(tp.sequence_parallel() == sp);
         model::LossOptions loss;
-        loss.vocab_group = &tp.group();
+        loss.vocab_split = run.parallelized.loss_split();
         for (const auto& b : batches[0])
           affine(model::lm_loss(*run.model, b, Reduction::sum, loss), scale).backward();
         tp.reduce_grads(*run.model);

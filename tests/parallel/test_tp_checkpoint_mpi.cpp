@@ -47,8 +47,7 @@ struct TpRun {
     parallel::ParallelizeOptions o;
     if (shape.tp > 1) o.tp_plan = model::tp_plan(*model);
     parallelized = parallel::parallelize(*model, model->blocks(), mesh, o, Device::cpu());
-    stepper =
-        std::make_unique<train::TrainStepper>(c, model, train::StepParallel::of(parallelized));
+    stepper = std::make_unique<train::TrainStepper>(c, model, parallelized);
   }
   void train(int from, int to) {
     const int dp = int(mesh.shape().dp()), per = kGlobalMicroBatches / dp;

@@ -90,7 +90,7 @@ TEST_CASE("gpu step reads: one device-to-host copy per step, with and without FS
     parallel::LocalProcessGroup shard(0, 1);
     const parallel::Parallelized par =
         parallel::parallelize(*m, m->blocks(), {&shard, nullptr, nullptr}, {}, kGpu);
-    train::TrainStepper stepper(c, m, train::StepParallel::of(par));
+    train::TrainStepper stepper(c, m, par);
     const auto d = counted_step(stepper, m->vocab_size());
     CHECK(d.d2h_copies == 1);
     CHECK(d.syncs == 1);
