@@ -490,13 +490,14 @@ Tensor ProcessGroup::gather(const Tensor& in, int root, std::vector<int64_t>* co
   Tensor padded = Tensor::zeros({longest}, in.dtype()),
          all = Tensor::zeros({n * longest}, in.dtype());
   const size_t es = dtype_size(in.dtype());
-  std::memcpy(padded.data_ptr(), in.data_ptr(), size_t(in.numel()) * es);
+  if (in.numel() > 0) std::memcpy(padded.data_ptr(), in.data_ptr(), size_t(in.numel()) * es);
   all_gather(all, padded);
   if (rank() != root) return Tensor();
   if (counts) counts->assign(len, len + n);
   Tensor out = Tensor::empty({std::accumulate(len, len + n, int64_t(0))}, in.dtype());
   auto* dst = static_cast<char*>(out.data_ptr());
   for (int r = 0; r < n; r++) {
+    if (len[r] == 0) continue;
     std::memcpy(dst, static_cast<const char*>(all.data_ptr()) + size_t(r * longest) * es,
                 size_t(len[r]) * es);
     dst += size_t(len[r]) * es;
