@@ -315,6 +315,13 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
   metrics_ = std::make_unique<MetricsLog>(rank0() ? c.logging.metrics_file : "",
                                           resumed_from_.empty() ? -1 : state_.step);
 
+  announce_and_warm_up(shape);
+  train_start_seconds_ = now_seconds();
+}
+
+void Trainer::announce_and_warm_up(const parallel::MeshShape& shape) {
+  const TrainConfig& c = config_;
+  const TrainingOptions& t = c.training;
   if (rank0())
     log_info("train: ", c.model.model_name.empty() ? model_->summary() : c.model.model_name, ", ",
              model_->num_parameters(), " parameters (", dtype_name(t.param_dtype), "), ",
@@ -334,7 +341,6 @@ Trainer::Trainer(const TrainConfig& c) : config_(c) {
                " s, a forward on a batch of the run's shape)");
   }
   if (shape.world() > 1) log_memory();
-  train_start_seconds_ = now_seconds();
 }
 
 void Trainer::resume() {

@@ -117,6 +117,9 @@ private:
   // checkpoint.resume: loads the checkpoint it names into the state, if any
   // (src/train/checkpoint.h), and moves a newer branch aside (src/train/checkpoint_folder.h).
   void resume();
+  // The start's log lines (the run, the attention backend, what each rank holds) and, on CUDA, a
+  // forward on a batch of the run's shape that builds every cuDNN attention plan before step 1.
+  void announce_and_warm_up(const parallel::MeshShape& shape);
   // The HF snapshot output_dir/checkpoint-step-N of the current step (gathered tensor by tensor,
   // rank 0 writes); returns the folder.
   std::string save_hf_snapshot();
