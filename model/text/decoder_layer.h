@@ -1,6 +1,6 @@
 // The decoder layer of every Qwen text stack (qwen-models.md §1.2, §3.2-3.4): a pre-RMSNorm token
-// mixer (softmax attention, "self_attn", or Gated DeltaNet, "linear_attn") and a SwiGLU MLP, both
-// residual:
+// mixer (softmax attention, "self_attn", or Gated DeltaNet, "linear_attn") and a feed-forward (the
+// SwiGLU MLP, or a kind the family passes), both residual:
 //   x1 = x + mixer(input_layernorm(x));  out = x1 + mlp(post_attention_layernorm(x1)).
 // Qwen3 / Qwen3-VL norms are plain (w ⊙ x̂), Qwen3.5's zero-centred ((1 + w) ⊙ x̂). Parameter
 // names are transformers': <mixer>.*, mlp.{gate,up,down}_proj, input_layernorm,
@@ -40,13 +40,18 @@ public:
   // A layer around another mixer, registered under `mixer_name` ("linear_attn").
   DecoderLayer(const DecoderLayerConfig& config, const std::string& mixer_name,
                std::shared_ptr<TokenMixer> mixer, DType dtype);
+  // ... and another feed-forward kind (registered as "mlp", as transformers names both the dense
+  // MLP and a mixture of experts); the SwiGLU MLP otherwise.
+  DecoderLayer(const DecoderLayerConfig& config, const std::string& mixer_name,
+               std::shared_ptr<TokenMixer> mixer, std::shared_ptr<FeedForward> feed_forward,
+               DType dtype);
   std::string type_name() const override { return "DecoderLayer"; }
 
   Tensor forward(const Tensor& x, const BlockContext& ctx) const override;
 
 private:
   std::shared_ptr<TokenMixer> mixer_;
-  std::shared_ptr<SwiGluMlp> mlp_;
+  std::shared_ptr<FeedForward> feed_forward_;
   std::shared_ptr<nn::RMSNorm> in_norm_, post_norm_;
 };
 

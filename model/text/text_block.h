@@ -1,6 +1,7 @@
 // What a layer of the shared text stack (model/text/text_model.h) is and what it is handed: every
 // family's decoder layer is a TextBlock, and one BlockContext per forward carries what any layer
-// kind may need, built once per batch.
+// kind may need, built once per batch. Inside a layer, the token mixer and the feed-forward are
+// kinds of their own (model/text/decoder_layer.h).
 #pragma once
 
 #include "model/kv_cache.h"
@@ -27,6 +28,13 @@ public:
 // The token mixer inside a decoder layer (softmax attention, Gated DeltaNet): the normed input
 // h [T, H] -> [T, H], before the residual add.
 class TokenMixer : public nn::Module {
+public:
+  virtual Tensor forward(const Tensor& h, const BlockContext& ctx) const = 0;
+};
+
+// The feed-forward inside a decoder layer (the SwiGLU MLP; another kind, e.g. a mixture of
+// experts, plugs in the same way): the normed h [T, H] -> [T, H], before the residual add.
+class FeedForward : public nn::Module {
 public:
   virtual Tensor forward(const Tensor& h, const BlockContext& ctx) const = 0;
 };

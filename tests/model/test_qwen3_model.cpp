@@ -468,3 +468,58 @@ TEST_CASE("qwen3 model: a decoder layer takes its head counts from its (sharded)
   ctx.rope = rope_tables(pos, full.head_dim, full.rope_theta, DType::f64);
   CHECK(sharded.forward(x, ctx).to_doubles() == small.forward(x, ctx).to_doubles());
 }
+
+namespace {
+
+// A feed-forward kind of its own, without parameters: h -> 2h.
+class DoublingFeedForward final : public FeedForward {
+public:
+  std::string type_name() const override { return "DoublingFeedForward"; }
+  Tensor forward(const Tensor& h, const BlockContext&) const override { return affine(h, 2.0); }
+};
+
+} // namespace
+
+TEST_CASE("qwen3 model: a decoder layer takes a feed-forward kind: an explicit SwiGLU MLP is the "
+          "default bit for bit, and a kind of its own runs in its place") {
+  const DecoderLayerConfig c = tiny_qwen3_config().decoder_layer();
+  auto attention = [&] { return std::make_shared<SelfAttention>(c.attention(), DType::f64); };
+  DecoderLayer base(c, DType::f64);
+  DecoderLayer explicit_mlp(c, "self_attn", attention(),
+                            std::make_shared<SwiGluMlp>(c.hidden_size, c.intermediate_size,
+                                                        c.initializer_range, DType::f64),
+                            DType::f64);
+  DecoderLayer doubling(c, "self_attn", attention(), std::make_shared<DoublingFeedForward>(),
+                        DType::f64);
+  for (DecoderLayer* l : {&base, &explicit_mlp, &doubling}) l->materialize();
+  Rng rng(5);
+  base.initialize(rng);
+  NoGradGuard no_grad;
+  std::vector<std::string> base_names, explicit_names;
+  for (const auto& p : base.named_parameters()) {
+    base_names.push_back(p.name);
+    Tensor dst = explicit_mlp.find_parameter(p.name);
+    copy_(dst, p.tensor);
+    if (p.name.rfind("mlp.", 0) == 0) continue; // the doubling kind has none
+    Tensor own = doubling.find_parameter(p.name);
+    copy_(own, p.tensor);
+  }
+  for (const auto& p : explicit_mlp.named_parameters()) explicit_names.push_back(p.name);
+  CHECK(explicit_names == base_names); // the same HF names, in the same order
+  for (const auto& p : doubling.named_parameters()) CHECK(p.name.rfind("mlp.", 0) != 0);
+
+  const Tensor x = Tensor::randn({9, c.hidden_size}, rng, DType::f64);
+  const Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4}, {9});
+  BlockContext ctx;
+  ctx.varlen = VarlenLayout::of(Tensor::from_vector(std::vector<int32_t>{0, 4, 9}, {3}), 9);
+  ctx.rope = rope_tables(pos, c.head_dim, tiny_qwen3_config().rope_theta, DType::f64);
+  CHECK(explicit_mlp.forward(x, ctx).to_doubles() == base.forward(x, ctx).to_doubles());
+  // out = x1 + 2 post_attention_layernorm(x1), x1 = x + self_attn(input_layernorm(x)).
+  const auto& attn = dynamic_cast<const SelfAttention&>(doubling.find_module("self_attn"));
+  const auto& in_norm = dynamic_cast<const nn::RMSNorm&>(doubling.find_module("input_layernorm"));
+  const auto& post_norm =
+      dynamic_cast<const nn::RMSNorm&>(doubling.find_module("post_attention_layernorm"));
+  const Tensor x1 = add(x, attn.forward(in_norm.forward(x), ctx));
+  const Tensor want = add(x1, affine(post_norm.forward(x1), 2.0));
+  CHECK(rel_error(doubling.forward(x, ctx), want) < 1e-12);
+}
