@@ -71,15 +71,23 @@ void Parallelized::finish_gradients(const nn::Module& root) const {
   if (tp_) tp_->reduce_grads(root);
 }
 
-Tensor Parallelized::local_grad_norm_sq(const std::vector<Tensor>& trainable) const {
-  if (!tp_) return optim::clip_grad_norm_async(trainable, 0.0);
+Parallelized::NormGroups Parallelized::norm_groups(const std::vector<Tensor>& trainable) const {
+  if (!tp_) return {{{1.0, trainable}}};
   std::map<int64_t, std::vector<Tensor>> by_replicas;
   for (const Tensor& p : trainable) by_replicas[tp_->placement(p.name()).replicas].push_back(p);
+  NormGroups out;
+  for (auto& [replicas, params] : by_replicas)
+    out.groups.emplace_back(1.0 / double(replicas), std::move(params));
+  return out;
+}
+
+Tensor Parallelized::local_grad_norm_sq(const NormGroups& groups) const {
+  if (groups.groups.size() == 1 && groups.groups[0].first == 1.0)
+    return optim::clip_grad_norm_async(groups.groups[0].second, 0.0);
   NoGradGuard no_grad;
   Tensor sum;
-  for (const auto& [replicas, params] : by_replicas) {
-    const Tensor part =
-        affine(slice(optim::clip_grad_norm_async(params, 0.0), 0, 0, 1), 1.0 / double(replicas));
+  for (const auto& [weight, params] : groups.groups) {
+    const Tensor part = affine(slice(optim::clip_grad_norm_async(params, 0.0), 0, 0, 1), weight);
     sum = sum.defined() ? add(sum, part) : part;
   }
   return sum;

@@ -90,11 +90,17 @@ public:
   // After the step's last micro-step: partial gradients summed where the placement says so
   // (replicated weights applied to a rank's heads or rows, heads shared by TP ranks).
   void finish_gradients(const nn::Module& root) const;
-  // This rank's squared gradient norm of `trainable`, weighted by placement: a tensor held whole
-  // by k ranks of the tensor-parallel group counts 1/k (clip_grad_norm_async's [2]: element 0;
-  // on the device). sum_grad_norm_sq then sums it over the ranks that hold different parts
-  // (FSDP's shard group, the tensor-parallel group), in place.
-  Tensor local_grad_norm_sq(const std::vector<Tensor>& trainable) const;
+  // The trainable tensors grouped by their weight in the gradient norm: a tensor held whole by k
+  // ranks of the tensor-parallel group counts 1/k. Made once (the stepper's constructor), not
+  // every step.
+  struct NormGroups {
+    std::vector<std::pair<double, std::vector<Tensor>>> groups; // weight, tensors
+  };
+  NormGroups norm_groups(const std::vector<Tensor>& trainable) const;
+  // This rank's weighted squared gradient norm (element 0 of the result; on the device).
+  // sum_grad_norm_sq then sums it over the ranks that hold different parts (FSDP's shard group,
+  // the tensor-parallel group), in place.
+  Tensor local_grad_norm_sq(const NormGroups& groups) const;
   void sum_grad_norm_sq(const Tensor& norm_sq) const;
   // Over every data-parallel rank: the step's targets and losses (sums), its skip flag (max).
   int64_t sum_over_dp(int64_t v) const;

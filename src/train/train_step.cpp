@@ -130,6 +130,7 @@ TrainStepper::TrainStepper(const TrainConfig& config, std::shared_ptr<model::Cau
             " leave ", model_->summary(), " nothing to train");
   for (const auto& g : groups)
     trainable_.insert(trainable_.end(), g.params.begin(), g.params.end());
+  norm_groups_ = parallel_->norm_groups(trainable_);
   optimizer_ = std::make_unique<optim::AdamW>(
       groups, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps});
 }
@@ -182,7 +183,7 @@ StepStats TrainStepper::step(int64_t step, const std::vector<model::Batch>& micr
   // non-finite loss on one rank skips the step everywhere, as the summed loss does); the clipping;
   // the AdamW update, which does nothing when the flag says skip.
   const double max_norm = config_.training.max_grad_norm;
-  StepScalars scalars = pack_step_scalars(losses, parallel_->local_grad_norm_sq(trainable_));
+  StepScalars scalars = pack_step_scalars(losses, parallel_->local_grad_norm_sq(norm_groups_));
   parallel_->sum_grad_norm_sq(scalars.norm_sq());
   guard_step(scalars, max_norm);
   parallel_->max_over_dp(scalars.skip());

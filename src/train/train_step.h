@@ -113,6 +113,7 @@ private:
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   std::vector<Tensor> trainable_;
+  parallel::Parallelized::NormGroups norm_groups_; // trainable_ by gradient-norm weight
   int64_t skipped_ = 0;
 };
 
